@@ -1,0 +1,51 @@
+"""`ForkConfig`: every number and list the pipeline uses, defaulting to the seed's constants."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from . import constants as c
+
+
+class ForkConfig(BaseModel):
+    """Tunables of the fork pipeline. Both engines read exactly these fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    char_budget: int = Field(default=c.FORK_CHAR_BUDGET, ge=0)
+    char_no_removal: int = Field(default=c.FORK_CHAR_NO_REMOVAL, ge=0)
+    tier1_count: int = Field(default=c.FORK_TIER1_COUNT, ge=0)
+    tier2_count: int = Field(default=c.FORK_TIER2_COUNT, ge=0)
+    tier2_limit: int = Field(default=c.FORK_TIER2_LIMIT, ge=0)
+    tier3_limit: int = Field(default=c.FORK_TIER3_LIMIT, ge=0)
+    params_tier1: int = Field(default=c.FORK_PARAMS_TIER1, ge=0)
+    params_tier2: int = Field(default=c.FORK_PARAMS_TIER2, ge=0)
+    params_tier3: int = Field(default=c.FORK_PARAMS_TIER3, ge=0)
+    head_ratio: float = Field(default=c.FORK_HEAD_RATIO, ge=0.0, le=1.0)
+    tail_ratio: float = Field(default=c.FORK_TAIL_RATIO, ge=0.0, le=1.0)
+    error_patterns: tuple[str, ...] = c.FORK_ERROR_PATTERNS
+    head_tail_keywords: tuple[str, ...] = c.FORK_HEAD_TAIL_KEYWORDS
+    cleared_marker: str = c.FORK_CLEARED_MARKER
+
+    @model_validator(mode="after")
+    def _ratios_fit(self) -> ForkConfig:
+        if self.head_ratio + self.tail_ratio > 1.0:
+            raise ValueError("head_ratio + tail_ratio must not exceed 1")
+        return self
+
+    def result_limit(self, tier: int) -> int | None:
+        """Character limit of a tool result in `tier` (1, 2, 3); None means no limit."""
+        return None if tier == 1 else self.tier2_limit if tier == 2 else self.tier3_limit
+
+    def params_limit(self, tier: int) -> int:
+        """Character limit of a tool call's parameter JSON whose result is in `tier`."""
+        return (self.params_tier1, self.params_tier2, self.params_tier3)[tier - 1]
+
+    def tier_of(self, index: int) -> int:
+        """Tier of the result numbered `index` from the newest (0)."""
+        if index < self.tier1_count:
+            return 1
+        return 2 if index < self.tier1_count + self.tier2_count else 3
+
+
+DEFAULT_CONFIG = ForkConfig()

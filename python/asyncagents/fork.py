@@ -1,0 +1,141 @@
+"""`build_fork_context`: the public entry of the fork pipeline, for both engines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .compaction import CompactionSlice, MessageMeta, slice_at_compaction
+from .config import DEFAULT_CONFIG, ForkConfig
+from .errors import ForkInputError
+from .models import Message
+from .preamble import build_preamble
+from .stats import ForkStats, TierDistribution
+
+Engine = Literal["rust", "python"]
+MessagesInput = bytes | bytearray | memoryview | str | Sequence[Any] | dict[str, Any]
+
+
+class ForkContext(BaseModel):
+    """What to inject into a forked child session, and what was cut to make it fit."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: ``preamble + "\n\n" + context``, or ``""`` when there is nothing to inject
+    text: str
+    preamble: str
+    #: ``"<inherited_context>…\n</inherited_context>"`` or ``""``
+    context: str
+    stats: ForkStats
+
+
+def build_fork_context(
+    messages: MessagesInput,
+    config: ForkConfig | None = None,
+    engine: Engine = "rust",
+) -> ForkContext:
+    """Cut a parent session down to a context a forked child can inherit.
+
+    `messages` is the JSON of ``GET /session/{id}/message`` or an ``opencode export`` document,
+    as ``bytes`` or ``str``, or the parsed list of message dicts, or a list of `Message`.
+    ``engine="rust"`` runs the Rust core; ``engine="python"`` the pure-Python reference, which
+    gives the same answer. Raises `ForkInputError` (a ``ValueError``) naming the bad field.
+    """
+    config = DEFAULT_CONFIG if config is None else config
+    if engine == "rust":
+        original_count, sliced, counts = _run_rust(messages, config)
+    elif engine == "python":
+        original_count, sliced, counts = _run_python(messages, config)
+    else:
+        raise ValueError(f'engine must be "rust" or "python", not {engine!r}')
+    context, stats = counts
+    stats_model = ForkStats(
+        original_count=original_count,
+        compaction_detected=sliced.detected,
+        compaction_slice_index=sliced.slice_index,
+        compaction_tail_messages=sliced.tail_messages,
+        **stats,
+    )
+    if not context:
+        return ForkContext(text="", preamble="", context="", stats=stats_model)
+    preamble = build_preamble(stats_model, config)
+    return ForkContext(
+        text=preamble + "\n\n" + context, preamble=preamble, context=context, stats=stats_model
+    )
+
+
+_Counts = tuple[str, dict[str, Any]]
+
+
+def _objects(messages: MessagesInput) -> Sequence[Any]:
+    """The message list of parsed input; `Message` models become dicts."""
+    from .reference.session import message_list
+
+    items = message_list(messages)
+    if any(isinstance(item, Message) for item in items):
+        return [_dump(item) if isinstance(item, Message) else item for item in items]
+    return items
+
+
+def _dump(message: Message) -> dict[str, Any]:
+    """A model as the dict it came from: unset fields stay absent (``state.input`` matters)."""
+    data = message.model_dump(by_alias=True, exclude_unset=True)
+    data.setdefault("parts", [])
+    return data
+
+
+def _is_text(messages: MessagesInput) -> bool:
+    return isinstance(messages, bytes | bytearray | memoryview | str)
+
+
+def _run_python(messages: MessagesInput, config: ForkConfig) -> tuple[int, CompactionSlice, _Counts]:
+    from .reference import run_reference
+    from .reference.session import load_json, message_list
+
+    if _is_text(messages):
+        data = bytes(messages) if isinstance(messages, bytearray | memoryview) else messages
+        items = message_list(load_json(data))  # type: ignore[arg-type]
+    else:
+        items = _objects(messages)
+    sliced, counts, fitted = run_reference(items, config)
+    stats = {
+        "final_count": fitted.final_count,
+        "total_chars": len(fitted.context),
+        "truncated_results": counts.truncated,
+        "removed_messages": fitted.removed,
+        "tier_distribution": TierDistribution(
+            tier1=counts.tier1, tier2=counts.tier2, tier3=counts.tier3
+        ),
+        "head_tail_applied": counts.head_tail,
+        "compacted_results": counts.compacted,
+        "hard_capped": fitted.hard_capped,
+    }
+    return len(items), sliced, (fitted.context, stats)
+
+
+def _run_rust(messages: MessagesInput, config: ForkConfig) -> tuple[int, CompactionSlice, _Counts]:
+    from . import _core
+
+    if _is_text(messages):
+        data = bytes(messages) if isinstance(messages, bytearray | memoryview) else messages
+        session = _core.parse_json(data)  # type: ignore[arg-type]
+    else:
+        session = _core.from_objects(list(_objects(messages)))
+    sliced = slice_at_compaction([MessageMeta(*meta) for meta in session.compaction_view()])
+    out = session.render(sliced.kept, config)
+    stats = {
+        "final_count": out.final_count,
+        "total_chars": out.total_chars,
+        "truncated_results": out.truncated_results,
+        "removed_messages": out.removed_messages,
+        "tier_distribution": TierDistribution(tier1=out.tier1, tier2=out.tier2, tier3=out.tier3),
+        "head_tail_applied": out.head_tail_applied,
+        "compacted_results": out.compacted_results,
+        "hard_capped": out.hard_capped,
+    }
+    return len(session), sliced, (out.context, stats)
+
+
+__all__ = ["Engine", "ForkContext", "ForkInputError", "build_fork_context"]

@@ -1,0 +1,33 @@
+"""The preamble that tells a forked child what the pipeline cut."""
+
+from __future__ import annotations
+
+from .config import ForkConfig
+from .stats import ForkStats
+
+
+def build_preamble(stats: ForkStats, config: ForkConfig) -> str:
+    """The exact preamble of DECISIONS.md for these stats; numbers come from the config."""
+    tiers = stats.tier_distribution
+    lines = [
+        "You are working with forked context from a parent agent session.",
+        "Context processing applied:",
+        "- Compaction summary included (messages before compaction removed)"
+        if stats.compaction_detected
+        else "- No compaction detected",
+        f"- Tool results: {tiers.tier1} full, {tiers.tier2} truncated to {config.tier2_limit}"
+        f" chars, {tiers.tier3} truncated to {config.tier3_limit} chars",
+    ]
+    if stats.compacted_results > 0:
+        lines.append(f"- {stats.compacted_results} tool results were already cleared by compaction")
+    if stats.removed_messages > 0:
+        lines.append(
+            f"- {stats.removed_messages} oldest messages removed to fit"
+            f" {config.char_budget} char budget"
+        )
+    else:
+        lines.append("- All messages preserved")
+    if stats.hard_capped:
+        lines.append(f"- The newest message was cut to fit the {config.char_budget} char budget")
+    lines.append("If you need complete file contents or detailed results, re-read the files directly.")
+    return "\n".join(lines)
