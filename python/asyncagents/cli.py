@@ -29,10 +29,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     fork.add_argument("file", nargs="?", help="session JSON file, or - for standard input")
     output = fork.add_mutually_exclusive_group()
-    output.add_argument("--stats", action="store_true", help="also print the stats as JSON to stderr")
+    output.add_argument(
+        "--stats", action="store_true", help="also print the stats as JSON to stderr"
+    )
     output.add_argument("--json", action="store_true", help="print {text, stats} as JSON instead")
     fork.add_argument(
-        "--engine", choices=("rust", "python"), default="rust", help="pipeline engine (default rust)"
+        "--engine",
+        choices=("rust", "python"),
+        default="rust",
+        help="pipeline engine (default rust)",
     )
     return parser
 

@@ -25,7 +25,15 @@ FORK_HEAD_RATIO: Final = 0.8
 FORK_TAIL_RATIO: Final = 0.2
 
 #: Substrings (case-sensitive) that make a cut result keep its tail too.
-FORK_ERROR_PATTERNS: Final = ("error", "Error", "ERROR", "failed", "FAILED", "exception", "traceback")
+FORK_ERROR_PATTERNS: Final = (
+    "error",
+    "Error",
+    "ERROR",
+    "failed",
+    "FAILED",
+    "exception",
+    "traceback",
+)
 #: Tool-name substrings whose results are cut head+tail.
 FORK_HEAD_TAIL_KEYWORDS: Final = ("bash", "pty", "exec")
 

@@ -67,6 +67,8 @@ def build_fork_context(
 
 
 _Counts = tuple[str, dict[str, Any]]
+#: original message count, the stage-1 slice, and (context, stats fields) of stages 2-3
+_Run = tuple[int, CompactionSlice, _Counts]
 
 
 def _objects(messages: MessagesInput) -> Sequence[Any]:
@@ -90,7 +92,9 @@ def _is_text(messages: MessagesInput) -> bool:
     return isinstance(messages, bytes | bytearray | memoryview | str)
 
 
-def _run_python(messages: MessagesInput, config: ForkConfig) -> tuple[int, CompactionSlice, _Counts]:
+def _run_python(
+    messages: MessagesInput, config: ForkConfig
+) -> tuple[int, CompactionSlice, _Counts]:
     from .reference import run_reference
     from .reference.session import load_json, message_list
 
@@ -115,7 +119,7 @@ def _run_python(messages: MessagesInput, config: ForkConfig) -> tuple[int, Compa
     return len(items), sliced, (fitted.context, stats)
 
 
-def _run_rust(messages: MessagesInput, config: ForkConfig) -> tuple[int, CompactionSlice, _Counts]:
+def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
     from . import _core
 
     if _is_text(messages):

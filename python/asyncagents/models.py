@@ -220,7 +220,14 @@ class OtherPart(_PartBase):
 
 
 _PART_TAGS = (
-    "text", "reasoning", "tool", "tool_result", "compaction", "step-start", "step-finish", "patch"
+    "text",
+    "reasoning",
+    "tool",
+    "tool_result",
+    "compaction",
+    "step-start",
+    "step-finish",
+    "patch",
 )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from .config import ForkConfig
 from .stats import ForkStats
 
+_ADVICE = "If you need complete file contents or detailed results, re-read the files directly."
+
 
 def build_preamble(stats: ForkStats, config: ForkConfig) -> str:
     """The exact preamble of DECISIONS.md for these stats; numbers come from the config."""
@@ -29,5 +31,7 @@ def build_preamble(stats: ForkStats, config: ForkConfig) -> str:
         lines.append("- All messages preserved")
     if stats.hard_capped:
         lines.append(f"- The newest message was cut to fit the {config.char_budget} char budget")
-    lines.append("If you need complete file contents or detailed results, re-read the files directly.")
+    lines.append(
+        "If you need complete file contents or detailed results, re-read the files directly."
+    )
     return "\n".join(lines)

@@ -41,9 +41,7 @@ def fit_to_budget(blocks: list[tuple[str, str]], config: ForkConfig) -> Fitted:
         running += sizes[first]
     if first < len(blocks):
         kept = blocks[first:]
-        return Fitted(
-            OPEN + "".join(h + b for h, b in kept) + CLOSE, len(kept), first, False
-        )
+        return Fitted(OPEN + "".join(h + b for h, b in kept) + CLOSE, len(kept), first, False)
 
     # Even the newest message alone is too big: cut its body head+tail.
     head, body = blocks[-1]

@@ -22,7 +22,7 @@ MAX_INPUT_DEPTH = 64
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
-_TOP_LEVEL = "expected an array of messages or an export object with a \"messages\" array"
+_TOP_LEVEL = 'expected an array of messages or an export object with a "messages" array'
 
 
 @dataclass(slots=True)
@@ -166,7 +166,8 @@ def _number(obj: dict[str, Any], key: str, path: str) -> float | int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ForkInputError(f"{path}.{key}", "expected a number")
-    return value
+    number: float | int = value
+    return number
 
 
 def check_json_value(value: Any, path: str, level: int = 0) -> None:
