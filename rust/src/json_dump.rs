@@ -1,0 +1,449 @@
+//! Python-compatible compact JSON output (`json.dumps(v, ensure_ascii=False,
+//! separators=(",", ":"))`): string escaping, float `repr`, integer digits, and a sink that
+//! stops after a number of characters so that previews never serialize more than they show.
+
+/// The sink is full: the caller can stop producing output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+/// Collects at most `limit` characters (code points); counts them without storing when `out`
+/// is `None`.
+pub struct Limited<'a> {
+    out: Option<&'a mut String>,
+    chars: usize,
+    limit: usize,
+}
+
+impl<'a> Limited<'a> {
+    pub fn new(out: Option<&'a mut String>, limit: usize) -> Self {
+        Self {
+            out,
+            chars: 0,
+            limit,
+        }
+    }
+
+    /// Characters taken so far (never more than the limit).
+    pub fn chars(&self) -> usize {
+        self.chars
+    }
+
+    pub fn push_str(&mut self, s: &str) -> Result<(), Full> {
+        let room = self.limit - self.chars;
+        if s.len() <= room {
+            // Fewer bytes than room: every char fits.
+            self.chars += s.chars().count();
+            if let Some(out) = self.out.as_deref_mut() {
+                out.push_str(s);
+            }
+            return Ok(());
+        }
+        let mut end = s.len();
+        let mut taken = 0;
+        for (count, (i, _)) in s.char_indices().enumerate() {
+            if count == room {
+                end = i;
+                break;
+            }
+            taken = count + 1;
+        }
+        self.chars += taken;
+        if let Some(out) = self.out.as_deref_mut() {
+            out.push_str(&s[..end]);
+        }
+        if self.chars >= self.limit {
+            Err(Full)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn push_char(&mut self, c: char) -> Result<(), Full> {
+        if self.chars >= self.limit {
+            return Err(Full);
+        }
+        self.chars += 1;
+        if let Some(out) = self.out.as_deref_mut() {
+            out.push(c);
+        }
+        Ok(())
+    }
+}
+
+/// Something JSON text can be written to: a plain `String` or a `Limited` sink.
+pub trait Sink {
+    fn put_str(&mut self, s: &str) -> Result<(), Full>;
+    fn put_char(&mut self, c: char) -> Result<(), Full>;
+}
+
+impl Sink for String {
+    fn put_str(&mut self, s: &str) -> Result<(), Full> {
+        self.push_str(s);
+        Ok(())
+    }
+    fn put_char(&mut self, c: char) -> Result<(), Full> {
+        self.push(c);
+        Ok(())
+    }
+}
+
+impl Sink for Limited<'_> {
+    fn put_str(&mut self, s: &str) -> Result<(), Full> {
+        self.push_str(s)
+    }
+    fn put_char(&mut self, c: char) -> Result<(), Full> {
+        self.push_char(c)
+    }
+}
+
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// `s` as a JSON string literal, escaped exactly as Python's `json.dumps(ensure_ascii=False)`.
+pub fn write_string<S: Sink + ?Sized>(s: &str, out: &mut S) -> Result<(), Full> {
+    out.put_char('"')?;
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !needs_escape(b) {
+            continue;
+        }
+        if start < i {
+            out.put_str(&s[start..i])?;
+        }
+        match b {
+            b'"' => out.put_str("\\\"")?,
+            b'\\' => out.put_str("\\\\")?,
+            b'\n' => out.put_str("\\n")?,
+            b'\r' => out.put_str("\\r")?,
+            b'\t' => out.put_str("\\t")?,
+            0x08 => out.put_str("\\b")?,
+            0x0c => out.put_str("\\f")?,
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let esc = [
+                    '\\',
+                    'u',
+                    '0',
+                    '0',
+                    HEX[usize::from(b >> 4)] as char,
+                    HEX[usize::from(b & 0xf)] as char,
+                ];
+                for c in esc {
+                    out.put_char(c)?;
+                }
+            }
+        }
+        start = i + 1;
+    }
+    if start < bytes.len() {
+        out.put_str(&s[start..])?;
+    }
+    out.put_char('"')
+}
+
+/// Python's `repr(float)` for a finite value, and json.dumps' `NaN`/`Infinity`/`-Infinity`.
+pub fn float_repr(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".to_owned();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "Infinity" } else { "-Infinity" }.to_owned();
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0.0" } else { "0.0" }.to_owned();
+    }
+    let mut buffer = ryu::Buffer::new();
+    let shortest = buffer.format_finite(v);
+    let (negative, body) = match shortest.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, shortest),
+    };
+    let (mantissa, exp) = match body.find(['e', 'E']) {
+        Some(at) => (&body[..at], body[at + 1..].parse::<i32>().unwrap_or(0)),
+        None => (body, 0),
+    };
+    let int_len = mantissa.find('.').unwrap_or(mantissa.len());
+    let mut digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    // value = 0.DIGITS * 10^decpt
+    let mut decpt = i32::try_from(int_len).unwrap_or(0) + exp;
+    let leading = digits.iter().take_while(|&&d| d == b'0').count();
+    digits.drain(..leading);
+    decpt -= i32::try_from(leading).unwrap_or(0);
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if digits.is_empty() {
+        digits.push(b'0');
+    }
+    let digits = String::from_utf8(digits).unwrap_or_default();
+    let mut out = String::with_capacity(digits.len() + 8);
+    if negative {
+        out.push('-');
+    }
+    let sci = decpt - 1;
+    let ndigits = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+    if !(-4..16).contains(&sci) {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if sci < 0 { '-' } else { '+' });
+        out.push_str(&format!("{:02}", sci.unsigned_abs()));
+    } else if decpt <= 0 {
+        out.push_str("0.");
+        for _ in 0..(-decpt) {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else if decpt >= ndigits {
+        out.push_str(&digits);
+        for _ in 0..(decpt - ndigits) {
+            out.push('0');
+        }
+        out.push_str(".0");
+    } else {
+        let at = usize::try_from(decpt).unwrap_or(0);
+        out.push_str(&digits[..at]);
+        out.push('.');
+        out.push_str(&digits[at..]);
+    }
+    out
+}
+
+/// A JSON number literal as Python's `json.dumps(json.loads(raw))` writes it: integers keep
+/// their digits (`-0` is `0`), anything with a fraction or exponent goes through `float`.
+pub fn number_text(raw: &str) -> String {
+    if raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+        float_repr(raw.parse::<f64>().unwrap_or(f64::NAN))
+    } else if raw.bytes().all(|b| b == b'-' || b == b'0') {
+        "0".to_owned()
+    } else {
+        raw.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_repr_matches_python() {
+        let table: &[(f64, &str)] = &[
+            (1.0, "1.0"),
+            (-1.0, "-1.0"),
+            (0.1, "0.1"),
+            (1e16, "1e+16"),
+            (1.5e16, "1.5e+16"),
+            (1e15, "1000000000000000.0"),
+            (123456789012345680.0, "1.2345678901234568e+17"),
+            (1e-5, "1e-05"),
+            (1.5e-5, "1.5e-05"),
+            (0.0001, "0.0001"),
+            (0.00012, "0.00012"),
+            (100000.0, "100000.0"),
+            (1e22, "1e+22"),
+            (1e100, "1e+100"),
+            (1e-100, "1e-100"),
+            (5e-324, "5e-324"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "Infinity"),
+            (f64::NEG_INFINITY, "-Infinity"),
+            (2.71, "2.71"),
+            (2.5, "2.5"),
+            (123.456, "123.456"),
+            (9999999999999998.0, "9999999999999998.0"),
+            (0.3, "0.3"),
+            (1.0 / 3.0, "0.3333333333333333"),
+        ];
+        for &(v, want) in table {
+            assert_eq!(float_repr(v), want, "{v:e}");
+        }
+    }
+
+    #[test]
+    fn numbers_keep_python_semantics() {
+        assert_eq!(number_text("-0"), "0");
+        assert_eq!(number_text("0"), "0");
+        assert_eq!(
+            number_text("123456789012345678901234567890"),
+            "123456789012345678901234567890"
+        );
+        assert_eq!(number_text("1e400"), "Infinity");
+        assert_eq!(number_text("-1e400"), "-Infinity");
+        assert_eq!(number_text("-0.0"), "-0.0");
+        assert_eq!(number_text("1E2"), "100.0");
+        assert_eq!(number_text("1e-400"), "0.0");
+    }
+
+    #[test]
+    fn strings_escape_like_python() {
+        let mut out = String::new();
+        write_string(
+            "a\"b\\c\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}é😀\u{2028}/",
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "\"a\\\"b\\\\c\\n\\r\\t\\b\\f\\u0001\\u001f\u{7f}é😀\u{2028}/\""
+        );
+    }
+
+    #[test]
+    fn limited_sink_stops_on_char_boundaries() {
+        let mut out = String::new();
+        let mut sink = Limited::new(Some(&mut out), 3);
+        assert_eq!(sink.push_str("é😀"), Ok(()));
+        assert_eq!(sink.push_str("漢字"), Err(Full));
+        assert_eq!(sink.chars(), 3);
+        assert_eq!(out, "é😀漢");
+        let mut counter = Limited::new(None, 10);
+        assert_eq!(write_string("ab\n", &mut counter), Ok(()));
+        assert_eq!(counter.chars(), 6);
+    }
+}
+
+/// Write a JSON value, given as valid JSON text (a `state.input` slice of the document), the
+/// way `json.dumps(json.loads(raw), ensure_ascii=False, separators=(",", ":"))` does: duplicate
+/// keys keep the first position and the last value. Stops early when the sink is full; only
+/// the containers on the path being written are looked into.
+pub fn dump_raw<S: Sink + ?Sized>(raw: &str, out: &mut S) -> Result<(), Full> {
+    use serde_json::value::RawValue;
+    match raw.as_bytes().first() {
+        Some(b'"') => {
+            let inner = raw.get(1..raw.len().saturating_sub(1)).unwrap_or("");
+            if inner.contains('\\') {
+                write_string(&crate::session::unescape(inner), out)
+            } else {
+                // A literal without escapes has nothing Python would escape.
+                out.put_char('"')?;
+                out.put_str(inner)?;
+                out.put_char('"')
+            }
+        }
+        Some(b'[') => {
+            let items: Vec<&RawValue> = serde_json::from_str(raw).unwrap_or_default();
+            out.put_char('[')?;
+            for (n, item) in items.iter().enumerate() {
+                if n > 0 {
+                    out.put_char(',')?;
+                }
+                dump_raw(item.get(), out)?;
+            }
+            out.put_char(']')
+        }
+        Some(b'{') => {
+            let entries = serde_json::from_str::<Entries<'_>>(raw)
+                .map(|e| e.0)
+                .unwrap_or_default();
+            out.put_char('{')?;
+            for (n, (key, value)) in entries.iter().enumerate() {
+                if n > 0 {
+                    out.put_char(',')?;
+                }
+                write_string(key, out)?;
+                out.put_char(':')?;
+                dump_raw(value.get(), out)?;
+            }
+            out.put_char('}')
+        }
+        Some(b'-' | b'0'..=b'9') => out.put_str(&number_text(raw)),
+        _ => out.put_str(raw),
+    }
+}
+
+/// The entries of a JSON object, deduplicated like a Python dict built from them.
+struct Entries<'a>(Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for Entries<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct EntriesVisitor;
+        impl<'de> serde::de::Visitor<'de> for EntriesVisitor {
+            type Value = Entries<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut entries: Vec<(
+                    std::borrow::Cow<'de, str>,
+                    &'de serde_json::value::RawValue,
+                )> = Vec::new();
+                let mut index: Option<
+                    std::collections::HashMap<std::borrow::Cow<'de, str>, usize>,
+                > = None;
+                while let Some(key) = map.next_key::<crate::parse_json::Key<'de>>()? {
+                    let value = map.next_value()?;
+                    let key = key.0;
+                    let found = match &mut index {
+                        Some(index) => index.get(&key).copied(),
+                        None => entries.iter().position(|(k, _)| *k == key),
+                    };
+                    match found {
+                        Some(at) => {
+                            if let Some(entry) = entries.get_mut(at) {
+                                entry.1 = value;
+                            }
+                        }
+                        None => {
+                            if let Some(index) = &mut index {
+                                index.insert(key.clone(), entries.len());
+                            }
+                            entries.push((key, value));
+                            if index.is_none() && entries.len() > 16 {
+                                index = Some(
+                                    entries
+                                        .iter()
+                                        .enumerate()
+                                        .map(|(n, (k, _))| (k.clone(), n))
+                                        .collect(),
+                                );
+                            }
+                        }
+                    }
+                }
+                Ok(Entries(entries))
+            }
+        }
+        d.deserialize_map(EntriesVisitor)
+    }
+}
+
+#[cfg(test)]
+mod raw_tests {
+    use super::*;
+
+    fn dump(raw: &str) -> String {
+        let mut out = String::new();
+        dump_raw(raw, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn raw_values_dump_like_python() {
+        assert_eq!(
+            dump(r#"{"a": 1, "b": [1.0, -0, 1e16, true, null], "a": "x\u00e9\n"}"#),
+            "{\"a\":\"xé\\n\",\"b\":[1.0,0,1e+16,true,null]}"
+        );
+        assert_eq!(dump("{}"), "{}");
+        assert_eq!(dump("[ ]"), "[]");
+        assert_eq!(dump(r#""\/""#), "\"/\"");
+    }
+
+    #[test]
+    fn raw_dump_stops_early() {
+        let mut out = String::new();
+        let mut sink = Limited::new(Some(&mut out), 5);
+        assert_eq!(dump_raw(r#"{"abc": [1, 2, 3]}"#, &mut sink), Err(Full));
+        assert_eq!(out, "{\"abc");
+    }
+}

@@ -1,0 +1,226 @@
+//! The internal session: messages reduced to what the pipeline reads. Large strings (texts,
+//! tool outputs, parameters) are spans into one source buffer: the caller's JSON bytes/str,
+//! kept alive and never copied, or an arena filled while walking Python objects.
+
+use std::borrow::Cow;
+
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
+
+/// Where the spans of a session point.
+pub enum Source {
+    /// JSON bytes, checked to be UTF-8 when parsed.
+    Bytes(PyBackedBytes),
+    /// A JSON `str`.
+    Str(PyBackedStr),
+    /// Strings copied out of Python objects (and parameter JSON dumped there).
+    Owned(String),
+}
+
+impl Source {
+    pub fn text(&self) -> &str {
+        match self {
+            // SAFETY: `parse_json` validated these bytes as UTF-8 before building the session,
+            // and a Python `bytes` object never changes.
+            Source::Bytes(bytes) => unsafe { std::str::from_utf8_unchecked(bytes) },
+            Source::Str(s) => s,
+            Source::Owned(s) => s,
+        }
+    }
+}
+
+/// How the text of a span is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    /// The text itself.
+    Plain,
+    /// The inside of a JSON string literal that has backslash escapes.
+    Escaped,
+    /// A JSON value as written in the document (`state.input` from bytes/str).
+    RawJson,
+    /// A value already dumped as Python's compact JSON (`state.input` from objects).
+    DumpedJson,
+}
+
+/// A byte range of the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+    pub kind: SpanKind,
+}
+
+impl Span {
+    pub const EMPTY: Span = Span {
+        start: 0,
+        end: 0,
+        kind: SpanKind::Plain,
+    };
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// A `tool` part.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// display name: `tool`, else `name`, else `unknown`
+    pub name: String,
+    pub has_state: bool,
+    /// `state.input` (RawJson or DumpedJson), when present
+    pub input: Option<Span>,
+    pub status_error: bool,
+    /// result text (Plain/Escaped), when completed or error
+    pub result: Option<Span>,
+    pub compacted: bool,
+}
+
+/// What the pipeline reads of one part.
+#[derive(Debug, Clone)]
+pub enum Part {
+    /// a `text` part with non-empty text, not ignored
+    Text(Span),
+    Tool(ToolCall),
+    /// a legacy `tool_result` part with non-empty text
+    ToolResult {
+        name: String,
+        text: Span,
+    },
+}
+
+/// One message reduced to what the pipeline reads.
+#[derive(Debug, Clone, Default)]
+pub struct Message {
+    pub role: Option<String>,
+    pub id: Option<String>,
+    pub parent_id: Option<String>,
+    pub summary: bool,
+    /// `tail_start_id` of each `compaction` part of a user message
+    pub markers: Vec<Option<String>>,
+    /// the rendered `[Error: …]` line of an assistant message
+    pub error_line: Option<String>,
+    pub parts: Vec<Part>,
+}
+
+/// A parsed session: its messages and the buffer their spans point into.
+pub struct Session {
+    pub source: Source,
+    pub messages: Vec<Message>,
+}
+
+impl Session {
+    /// The raw bytes of a span (for Escaped: still escaped).
+    pub fn raw(&self, span: Span) -> &str {
+        self.source.text().get(span.start..span.end).unwrap_or("")
+    }
+
+    /// The text of a Plain/Escaped span.
+    pub fn text(&self, span: Span) -> Cow<'_, str> {
+        let raw = self.raw(span);
+        match span.kind {
+            SpanKind::Escaped => Cow::Owned(unescape(raw)),
+            _ => Cow::Borrowed(raw),
+        }
+    }
+
+    /// Length in code points of the text of a Plain/Escaped span.
+    pub fn text_chars(&self, span: Span) -> usize {
+        let raw = self.raw(span);
+        match span.kind {
+            SpanKind::Escaped => unescaped_chars(raw),
+            _ => raw.chars().count(),
+        }
+    }
+}
+
+fn hex4(bytes: &[u8]) -> Option<u32> {
+    let digits = bytes.get(..4)?;
+    let mut value = 0u32;
+    for &d in digits {
+        value = value * 16 + char::from(d).to_digit(16)?;
+    }
+    Some(value)
+}
+
+/// Decode one escape after a backslash at `bytes[0]`; returns the char and the bytes used.
+fn decode_escape(bytes: &[u8]) -> (char, usize) {
+    match bytes.get(1) {
+        Some(b'n') => ('\n', 2),
+        Some(b't') => ('\t', 2),
+        Some(b'r') => ('\r', 2),
+        Some(b'b') => ('\u{8}', 2),
+        Some(b'f') => ('\u{c}', 2),
+        Some(b'u') => {
+            let first = hex4(bytes.get(2..).unwrap_or(&[])).unwrap_or(0xfffd);
+            if (0xd800..0xdc00).contains(&first)
+                && bytes.get(6) == Some(&b'\\')
+                && bytes.get(7) == Some(&b'u')
+            {
+                if let Some(second) = hex4(bytes.get(8..).unwrap_or(&[])) {
+                    if (0xdc00..0xe000).contains(&second) {
+                        let code = 0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00);
+                        return (char::from_u32(code).unwrap_or('\u{fffd}'), 12);
+                    }
+                }
+            }
+            (char::from_u32(first).unwrap_or('\u{fffd}'), 6)
+        }
+        Some(&other) => (char::from(other), 2),
+        None => ('\\', 1),
+    }
+}
+
+/// The text of the inside of a JSON string literal.
+pub fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let bytes = raw.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            out.push_str(raw.get(start..i).unwrap_or(""));
+            let (c, used) = decode_escape(&bytes[i..]);
+            out.push(c);
+            i += used;
+            start = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(raw.get(start..).unwrap_or(""));
+    out
+}
+
+/// Code points of the unescaped inside of a JSON string literal, without building it.
+pub fn unescaped_chars(raw: &str) -> usize {
+    let bytes = raw.as_bytes();
+    let mut count = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'\\' {
+            let (_, used) = decode_escape(&bytes[i..]);
+            count += 1;
+            i += used;
+        } else {
+            if b & 0xc0 != 0x80 {
+                count += 1;
+            }
+            i += 1;
+        }
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_json_strings() {
+        let raw = r#"a\n\"b\\\/\u00e9\ud83d\ude00\t"#;
+        assert_eq!(unescape(raw), "a\n\"b\\/é😀\t");
+        assert_eq!(unescaped_chars(raw), unescape(raw).chars().count());
+        assert_eq!(unescaped_chars("漢字é"), 3);
+    }
+}

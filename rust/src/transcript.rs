@@ -1,0 +1,256 @@
+//! Stage 3a: each kept message as a label line and a body. One walker serves two outputs: a
+//! counter that measures a message in code points without building it, and a writer that
+//! builds the text (only for the messages that survive the budget).
+
+use std::borrow::Cow;
+
+use crate::json_dump::{dump_raw, Limited};
+use crate::render::Config;
+use crate::session::{Message, Part, Session, Span, SpanKind, ToolCall};
+use crate::truncate::{char_prefix, cut_head_only, cut_head_tail, Cut, ResultPlan};
+
+pub const RESULT_HEADER: &str = "[Tool result]\n";
+
+/// `User`, `Agent`, `Unknown`, or the role with its first code point upper-cased.
+pub fn label(role: Option<&str>) -> Cow<'_, str> {
+    match role {
+        Some("user") => Cow::Borrowed("User"),
+        Some("assistant") => Cow::Borrowed("Agent"),
+        None | Some("") => Cow::Borrowed("Unknown"),
+        Some(role) => {
+            let mut chars = role.chars();
+            let mut out = String::with_capacity(role.len() + 2);
+            if let Some(first) = chars.next() {
+                out.extend(first.to_uppercase());
+            }
+            out.push_str(chars.as_str());
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// `[Error: {name}] {message}`; an empty or absent name is `Error`, an empty message is left out.
+pub fn error_line(name: Option<&str>, message: Option<&str>) -> String {
+    let name = name.filter(|n| !n.is_empty()).unwrap_or("Error");
+    match message.filter(|m| !m.is_empty()) {
+        Some(message) => format!("[Error: {name}] {message}"),
+        None => format!("[Error: {name}]"),
+    }
+}
+
+/// The label line of a message: `"\n" + label + ":"`.
+pub fn head(message: &Message) -> String {
+    format!("\n{}:", label(message.role.as_deref()))
+}
+
+/// Where a message body goes: counted or written.
+pub trait Out {
+    fn text(&mut self, s: &str);
+    fn span(&mut self, session: &Session, span: Span);
+    fn preview(&mut self, session: &Session, input: Span, limit: usize);
+    fn result(&mut self, session: &Session, plan: &ResultPlan, config: &Config);
+}
+
+/// Measures in code points.
+#[derive(Default)]
+pub struct Count(pub usize);
+
+impl Out for Count {
+    fn text(&mut self, s: &str) {
+        self.0 += s.chars().count();
+    }
+    fn span(&mut self, session: &Session, span: Span) {
+        self.0 += session.text_chars(span);
+    }
+    fn preview(&mut self, session: &Session, input: Span, limit: usize) {
+        let mut sink = Limited::new(None, limit.saturating_add(1));
+        write_input(session, input, &mut sink);
+        let n = sink.chars();
+        self.0 += if n > limit { limit + 3 } else { n };
+    }
+    fn result(&mut self, _: &Session, plan: &ResultPlan, _: &Config) {
+        self.0 += plan.len;
+    }
+}
+
+/// Builds the text.
+pub struct Write<'a>(pub &'a mut String);
+
+impl Out for Write<'_> {
+    fn text(&mut self, s: &str) {
+        self.0.push_str(s);
+    }
+    fn span(&mut self, session: &Session, span: Span) {
+        self.0.push_str(&session.text(span));
+    }
+    fn preview(&mut self, session: &Session, input: Span, limit: usize) {
+        let mut taken = String::new();
+        let mut sink = Limited::new(Some(&mut taken), limit.saturating_add(1));
+        write_input(session, input, &mut sink);
+        if sink.chars() > limit {
+            self.0.push_str(char_prefix(&taken, limit));
+            self.0.push_str("...");
+        } else {
+            self.0.push_str(&taken);
+        }
+    }
+    fn result(&mut self, session: &Session, plan: &ResultPlan, config: &Config) {
+        match plan.cut {
+            Cut::Full => self.0.push_str(&session.text(plan.text)),
+            Cut::Marker => self.0.push_str(&config.cleared_marker),
+            Cut::HeadOnly { limit } => {
+                cut_head_only(&session.text(plan.text), plan.chars, limit, self.0);
+            }
+            Cut::HeadTail { head, tail } => {
+                cut_head_tail(&session.text(plan.text), plan.chars, head, tail, self.0);
+            }
+        }
+    }
+}
+
+fn write_input(session: &Session, input: Span, sink: &mut Limited<'_>) {
+    let raw = session.raw(input);
+    // A full sink only means the preview has all it needs.
+    let _ = match input.kind {
+        SpanKind::RawJson => dump_raw(raw, sink),
+        _ => sink.push_str(raw),
+    };
+}
+
+fn tool_line<O: Out>(session: &Session, call: &ToolCall, limit: usize, out: &mut O) {
+    out.text("[Tool: ");
+    out.text(&call.name);
+    out.text("]");
+    if let Some(input) = call.input {
+        out.text(" ");
+        out.preview(session, input, limit);
+    }
+}
+
+/// Write or measure a message body (every line after the label, each led by `"\n"`).
+/// `results` are this message's results, in part order.
+pub fn body<O: Out>(
+    session: &Session,
+    message: &Message,
+    results: &[ResultPlan],
+    config: &Config,
+    out: &mut O,
+) {
+    let legacy = legacy_tiers(message, results);
+    let mut next = 0;
+    for (p, part) in message.parts.iter().enumerate() {
+        match part {
+            Part::Text(span) => {
+                out.text("\n");
+                out.span(session, *span);
+            }
+            Part::Tool(call) => {
+                let result = if call.result.is_some() {
+                    let plan = results.get(next);
+                    next += 1;
+                    plan
+                } else {
+                    None
+                };
+                let tier = if call.has_state {
+                    result.map(|r| r.tier)
+                } else {
+                    legacy
+                        .as_ref()
+                        .and_then(|tiers| tiers.get(p).copied().flatten())
+                };
+                out.text("\n");
+                tool_line(session, call, config.params_limit(tier.unwrap_or(1)), out);
+                if let Some(plan) = result {
+                    out.text("\n");
+                    out.text(RESULT_HEADER);
+                    out.result(session, plan, config);
+                }
+            }
+            Part::ToolResult { .. } => {
+                if let Some(plan) = results.get(next) {
+                    out.text("\n");
+                    out.text(RESULT_HEADER);
+                    out.result(session, plan, config);
+                }
+                next += 1;
+            }
+        }
+    }
+    if let Some(line) = &message.error_line {
+        out.text("\n");
+        out.text(line);
+    }
+}
+
+/// For each legacy `tool` part (no state), the tier of the next `tool_result` in its message.
+fn legacy_tiers(message: &Message, results: &[ResultPlan]) -> Option<Vec<Option<u8>>> {
+    let has_legacy = message
+        .parts
+        .iter()
+        .any(|part| matches!(part, Part::Tool(call) if !call.has_state));
+    if !has_legacy {
+        return None;
+    }
+    let mut tiers = vec![None; message.parts.len()];
+    let mut remaining = results.len();
+    let mut next_tier = None;
+    for (p, part) in message.parts.iter().enumerate().rev() {
+        match part {
+            Part::ToolResult { .. } => {
+                remaining = remaining.saturating_sub(1);
+                next_tier = results.get(remaining).map(|r| r.tier);
+            }
+            Part::Tool(call) => {
+                if call.result.is_some() {
+                    remaining = remaining.saturating_sub(1);
+                }
+                if !call.has_state {
+                    if let Some(slot) = tiers.get_mut(p) {
+                        *slot = next_tier;
+                    }
+                }
+            }
+            Part::Text(_) => {}
+        }
+    }
+    Some(tiers)
+}
+
+/// How many results a message has.
+pub fn result_count(message: &Message) -> usize {
+    message
+        .parts
+        .iter()
+        .filter(|part| match part {
+            Part::Tool(call) => call.result.is_some(),
+            Part::ToolResult { .. } => true,
+            Part::Text(_) => false,
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        assert_eq!(label(Some("user")), "User");
+        assert_eq!(label(Some("assistant")), "Agent");
+        assert_eq!(label(None), "Unknown");
+        assert_eq!(label(Some("")), "Unknown");
+        assert_eq!(label(Some("system")), "System");
+        assert_eq!(label(Some("ßx")), "SSx");
+    }
+
+    #[test]
+    fn error_lines() {
+        assert_eq!(error_line(None, None), "[Error: Error]");
+        assert_eq!(error_line(Some(""), Some("")), "[Error: Error]");
+        assert_eq!(
+            error_line(Some("APIError"), Some("boom")),
+            "[Error: APIError] boom"
+        );
+    }
+}
