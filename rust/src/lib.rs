@@ -18,7 +18,7 @@ use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::{PyBytes, PyInt, PyList, PyString};
 
 use crate::errors::InputError;
 use crate::from_objects::Failure;
@@ -114,7 +114,15 @@ fn strings(value: Bound<'_, PyAny>) -> PyResult<Vec<String>> {
 
 fn read_config(config: &Bound<'_, PyAny>) -> PyResult<Config> {
     let py = config.py();
-    let int = |name: &Bound<'_, PyString>| config.getattr(name)?.extract::<usize>();
+    // Numbers too big for usize act as "no limit" (Python compares them exactly).
+    let int = |name: &Bound<'_, PyString>| {
+        let value = config.getattr(name)?;
+        match value.extract::<usize>() {
+            Ok(n) => Ok(n),
+            Err(_) if value.cast::<PyInt>().is_ok() && value.gt(0)? => Ok(usize::MAX),
+            Err(err) => Err(err),
+        }
+    };
     let float = |name: &Bound<'_, PyString>| config.getattr(name)?.extract::<f64>();
     Ok(Config {
         char_budget: int(intern!(py, "char_budget"))?,
