@@ -19,6 +19,9 @@ use crate::session::{Message, Part, Span, SpanKind, ToolCall};
 
 type Raw<'de> = Option<&'de RawValue>;
 
+/// The key under which serde_json's `arbitrary_precision` passes a number to `visit_map`.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
 /// What a prescan of JSON text found: container depth and lone `\uD8xx`-style escapes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Scan {
@@ -237,7 +240,15 @@ impl<'de, T: Fields<'de>> Visitor<'de> for ObjVisitor<T> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut fields = T::default();
+        let mut first = true;
         while let Some(key) = map.next_key::<Key<'de>>()? {
+            if first && key.0 == NUMBER_TOKEN {
+                // serde_json (arbitrary_precision) hands any number over as this one-entry
+                // map, so that numbers out of f64 range are not a syntax error.
+                skip(&mut map)?;
+                return Ok(Obj::Wrong);
+            }
+            first = false;
             fields.field(&key.0, &mut map)?;
         }
         Ok(Obj::Val(fields))
@@ -831,6 +842,19 @@ mod tests {
             .unwrap_err()
             .detail
             .starts_with("invalid JSON:"));
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_shape_errors() {
+        let err = parse_document(r#"[{"info": 1e400, "parts": []}]"#).unwrap_err();
+        assert_eq!(
+            (err.path.as_str(), err.detail.as_str()),
+            ("messages[0].info", "expected an object")
+        );
+        let err = parse_document("[1e400]").unwrap_err();
+        assert_eq!(err.path, "messages[0]");
+        let err = parse_document(r#"{"messages": 1e400}"#).unwrap_err();
+        assert_eq!(err.path, "messages");
     }
 
     #[test]
