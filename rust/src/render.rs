@@ -3,7 +3,7 @@
 
 use crate::budget::{fit, frame_len, Fit, CLOSE, OPEN};
 use crate::session::Session;
-use crate::transcript::{body, head, result_count, Count, Write};
+use crate::transcript::{body, head, head_len, result_count, Count, Write};
 use crate::truncate::{cut_head_tail, head_tail_sizes, plan_results, Counts};
 
 /// The `ForkConfig` fields, read once.
@@ -123,18 +123,17 @@ pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
             .and_then(|r| plans.get(r.clone()))
             .unwrap_or(&[])
     };
-    let heads: Vec<String> = messages.iter().map(|m| head(m)).collect();
     let sizes: Vec<usize> = messages
         .iter()
         .enumerate()
         .map(|(m, message)| {
             let mut count = Count::default();
             body(session, message, results(m), config, &mut count);
-            heads.get(m).map_or(0, |h| h.chars().count()) + count.0
+            head_len(message) + count.0
         })
         .collect();
     let last = messages.len() - 1;
-    let last_head = heads.get(last).map_or(0, |h| h.chars().count());
+    let last_head = messages.get(last).map_or(0, |m| head_len(m));
     let plan = fit(
         &sizes,
         last_head,
@@ -148,8 +147,8 @@ pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
             context.reserve(bytes_hint);
             context.push_str(OPEN);
             for m in first..messages.len() {
-                if let (Some(h), Some(message)) = (heads.get(m), messages.get(m)) {
-                    context.push_str(h);
+                if let Some(message) = messages.get(m) {
+                    context.push_str(&head(message));
                     body(
                         session,
                         message,
@@ -174,7 +173,9 @@ pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
                 );
             }
             context.push_str(OPEN);
-            context.push_str(heads.get(last).map_or("", |h| h.as_str()));
+            if let Some(message) = messages.get(last) {
+                context.push_str(&head(message));
+            }
             let chars = text.chars().count();
             if chars > limit {
                 let (h, t) = head_tail_sizes(limit, config.head_ratio, config.tail_ratio);
@@ -194,5 +195,85 @@ pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
         counts,
         removed_messages: removed,
         hard_capped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{Message, Part, Source, Span, SpanKind};
+
+    fn session(texts: &[&str]) -> Session {
+        let mut arena = String::new();
+        let mut messages = Vec::new();
+        for (n, text) in texts.iter().enumerate() {
+            let start = arena.len();
+            arena.push_str(text);
+            let span = Span {
+                start,
+                end: arena.len(),
+                kind: SpanKind::Plain,
+            };
+            messages.push(Message {
+                role: Some(if n % 2 == 0 { "user" } else { "assistant" }.to_owned()),
+                parts: vec![Part::Text(span)],
+                ..Message::default()
+            });
+        }
+        Session {
+            source: Source::Owned(arena),
+            messages,
+        }
+    }
+
+    #[test]
+    fn oldest_messages_go_first() {
+        let s = session(&["a".repeat(50).as_str(), "😀".repeat(30).as_str(), "b"]);
+        let config = Config {
+            char_budget: 40 + 38 + 8,
+            char_no_removal: 0,
+            ..Config::default()
+        };
+        let out = render(&s, &[0, 1, 2], &config);
+        assert_eq!(out.removed_messages, 1);
+        assert_eq!(out.final_count, 2);
+        assert_eq!(
+            out.context,
+            format!(
+                "<inherited_context>\nAgent:\n{}\nUser:\nb\n</inherited_context>",
+                "😀".repeat(30)
+            )
+        );
+        assert_eq!(out.total_chars, config.char_budget);
+    }
+
+    #[test]
+    fn hard_cap_cuts_the_newest_body_on_code_points() {
+        let s = session(&["漢".repeat(500).as_str()]);
+        let config = Config {
+            char_budget: 150,
+            char_no_removal: 0,
+            ..Config::default()
+        };
+        let out = render(&s, &[0], &config);
+        assert!(out.hard_capped);
+        assert!(out.total_chars <= 150);
+        // limit = 150 - (40 + 6) - 36 = 68: head 54, tail 13
+        let body = format!("\n{}", "漢".repeat(500));
+        let want = format!(
+            "<inherited_context>\nUser:{}\n...[truncated {} chars]...\n{}\n</inherited_context>",
+            body.chars().take(54).collect::<String>(),
+            501 - 54 - 13,
+            "漢".repeat(13)
+        );
+        assert_eq!(out.context, want);
+    }
+
+    #[test]
+    fn no_messages_no_context() {
+        let s = session(&[]);
+        let out = render(&s, &[], &Config::default());
+        assert_eq!(out.context, "");
+        assert_eq!(out.final_count, 0);
     }
 }

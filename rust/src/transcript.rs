@@ -43,6 +43,11 @@ pub fn head(message: &Message) -> String {
     format!("\n{}:", label(message.role.as_deref()))
 }
 
+/// Length of the label line, without building it for the common roles.
+pub fn head_len(message: &Message) -> usize {
+    label(message.role.as_deref()).chars().count() + 2
+}
+
 /// Where a message body goes: counted or written.
 pub trait Out {
     fn text(&mut self, s: &str);
