@@ -72,9 +72,14 @@ def load_json(data: bytes | str) -> Any:
             raise ForkInputError("json", "contains a lone surrogate")
     try:
         document = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         raise ForkInputError("json", f"invalid JSON: {exc}") from None
-    if _depth(document) > MAX_DOCUMENT_DEPTH:
+    except RecursionError:  # far deeper than the limit, which json.loads does not know
+        document = None
+        depth = MAX_DOCUMENT_DEPTH + 1
+    else:
+        depth = _depth(document)
+    if depth > MAX_DOCUMENT_DEPTH:
         raise ForkInputError("json", f"nested deeper than {MAX_DOCUMENT_DEPTH} levels")
     # json.loads joins escaped surrogate pairs; any surrogate left came from a lone escape.
     if _SURROGATE_ESCAPE.search(text) and _has_surrogate(document):
@@ -232,11 +237,9 @@ def _read_message(raw: Any, path: str) -> Message:
         part_path = f"{path}.parts[{j}]"
         if not isinstance(part, dict):
             raise ForkInputError(part_path, "expected an object")
-        kind = part.get("type")
-        if kind is None:
+        if part.get("type") is None:
             raise ForkInputError(f"{part_path}.type", "missing")
-        if not isinstance(kind, str):
-            raise ForkInputError(f"{part_path}.type", "expected a string")
+        kind = _string(part, "type", part_path)
         if kind == "text":
             text = _string(part, "text", part_path)
             ignored = _boolean(part, "ignored", part_path)
