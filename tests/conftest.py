@@ -28,7 +28,7 @@ _MISSING: Any = object()
 _part_ids = itertools.count()
 
 
-# --- parts ------------------------------------------------------------------------------------
+# --- parts ---------------------------------------------------------------------------------------
 
 
 def text(value: str, **extra: Any) -> dict[str, Any]:
@@ -127,7 +127,7 @@ def compaction(tail_start_id: str | None = None, *, auto: bool = False) -> dict[
     return part
 
 
-# --- messages ---------------------------------------------------------------------------------
+# --- messages ------------------------------------------------------------------------------------
 
 
 def _stamp(mid: str | None, parts: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
@@ -201,7 +201,7 @@ def message(role: Any, mid: str | None, *parts: dict[str, Any]) -> dict[str, Any
 MISSING = _MISSING
 
 
-# --- expected strings -------------------------------------------------------------------------
+# --- expected strings ----------------------------------------------------------------------------
 
 
 def block(label: str, *lines: str) -> str:
@@ -223,7 +223,7 @@ def head_tail(value: str, limit: int) -> str:
     return f"{value[:h]}\n...[truncated {len(value) - h - t} chars]...\n{value[len(value) - t :]}"
 
 
-# --- fixtures ---------------------------------------------------------------------------------
+# --- fixtures ------------------------------------------------------------------------------------
 
 
 @pytest.fixture(params=["rust", "python"])

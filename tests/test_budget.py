@@ -126,7 +126,7 @@ def test_no_removal_threshold_above_budget_keeps_everything(fork):
     )
 
 
-# --- hard cap -------------------------------------------------------------------------------------
+# --- hard cap ------------------------------------------------------------------------------------
 
 
 def capped(label: str, body: str, budget: int) -> str:

@@ -32,7 +32,7 @@ def texts(msg: dict) -> list[str]:
 BASH_HELLO = '[Tool: bash] {"command":"echo hello from fixture && date -u +%Y"}'
 
 
-# --- main session after /summarize (45 messages) --------------------------------------------------
+# --- main session after /summarize (45 messages) -------------------------------------------------
 
 
 def test_main_after_compaction_slices_at_the_summary_with_its_tail(engine):
@@ -104,7 +104,7 @@ def test_main_after_compaction_context_content(engine):
     ]
 
 
-# --- main session before /summarize (34 messages, 13 pruned parts) --------------------------------
+# --- main session before /summarize (34 messages, 13 pruned parts) -------------------------------
 
 
 def test_main_before_compaction_counts_pruned_parts(engine):
@@ -167,7 +167,7 @@ def test_main_before_compaction_with_a_small_budget(engine):
     assert ctx.context.endswith(block("Agent", *texts(msgs[33])) + "\n</inherited_context>")
 
 
-# --- fork at the first post-compaction message (36 messages) --------------------------------------
+# --- fork at the first post-compaction message (36 messages) -------------------------------------
 
 
 def test_fork_at_message_exact_context(engine):
@@ -191,7 +191,7 @@ def test_fork_at_message_exact_context(engine):
     assert (td.tier1, td.tier2, td.tier3) == (2, 0, 0)
 
 
-# --- aborted turn, running tool, child session, provider error ------------------------------------
+# --- aborted turn, running tool, child session, provider error -----------------------------------
 
 
 def test_abort_after_abort_exact_context(engine):
@@ -251,7 +251,7 @@ def test_provider_error_message(engine):
     )
 
 
-# --- both engines, every input form ---------------------------------------------------------------
+# --- both engines, every input form --------------------------------------------------------------
 
 ALL = [
     "messages_main_after_compaction.json",

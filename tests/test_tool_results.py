@@ -45,7 +45,7 @@ def result_lines(ctx_text: str) -> list[str]:
     return out
 
 
-# --- tiny config: every string literal --------------------------------------------------------
+# --- tiny config: every string literal -----------------------------------------------------------
 
 SMALL = ForkConfig(tier1_count=1, tier2_count=1, tier2_limit=10, tier3_limit=5)
 SIXTEEN = "0123456789ABCDEF"
@@ -87,7 +87,7 @@ def test_small_config_head_tail_literal(fork):
     assert (ctx.stats.truncated_results, ctx.stats.head_tail_applied) == (2, 2)
 
 
-# --- default tiers ------------------------------------------------------------------------------
+# --- default tiers -------------------------------------------------------------------------------
 
 
 def test_tiers_5_10_rest_with_default_limits(fork):
@@ -159,7 +159,7 @@ def test_result_exactly_at_limit_is_not_cut(fork):
     assert ctx.stats.truncated_results == 2
 
 
-# --- head+tail selection ------------------------------------------------------------------------
+# --- head+tail selection -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["bash", "mybash_tool", "pty_spawn", "exec_command", "execute"])
@@ -247,7 +247,7 @@ def test_tier2_head_tail_marker_counts(fork):
     assert got[0] == "a" * 2400 + "\n...[truncated 2000 chars]...\n" + "b" * 600
 
 
-# --- cleared results ----------------------------------------------------------------------------
+# --- cleared results -----------------------------------------------------------------------------
 
 
 def test_compacted_part_renders_the_cleared_literal(fork):
@@ -345,7 +345,7 @@ def test_text_containing_the_literal_passes_through_unchanged(fork):
     )
 
 
-# --- what is and is not a result ----------------------------------------------------------------
+# --- what is and is not a result -----------------------------------------------------------------
 
 
 def test_pending_running_and_empty_legacy_results_take_no_index(fork):
@@ -408,7 +408,7 @@ def test_legacy_tool_result_name_from_nearest_earlier_tool_part(fork):
     assert ctx.stats.head_tail_applied == 2
 
 
-# --- parameter limits by tier -------------------------------------------------------------------
+# --- parameter limits by tier --------------------------------------------------------------------
 
 
 def test_parameter_limits_500_200_100_by_tier(fork):
@@ -493,7 +493,7 @@ def test_parameter_limits_from_config(fork):
     )
 
 
-# --- non-ASCII results ----------------------------------------------------------------------------
+# --- non-ASCII results ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

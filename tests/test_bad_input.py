@@ -1,0 +1,775 @@
+"""Bad input: `ForkInputError(path, detail)` exactly as docs/pipeline-contract.md says, the same
+from both engines; and the extension never crashes on garbage."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from asyncagents import ForkInputError, build_fork_context
+from conftest import block, framed
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TOP = 'expected an array of messages or an export object with a "messages" array'
+OK_MSG = {"info": {"id": "msg_0", "role": "user"}, "parts": [{"type": "text", "text": "ok"}]}
+OK_PART = {"type": "text", "text": "fine"}
+
+
+def error_of(data: Any, engine: str) -> ForkInputError:
+    with pytest.raises(ForkInputError) as info:
+        build_fork_context(data, engine=engine)
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert str(err) == f"{err.path}: {err.detail}"
+    return err
+
+
+def check(data: Any, engine: str, path: str, detail: str) -> None:
+    err = error_of(data, engine)
+    assert (err.path, err.detail) == (path, detail)
+
+
+def as_forms(doc: Any) -> list[Any]:
+    """The document as Python objects, as JSON bytes and as a JSON str."""
+    return [doc, json.dumps(doc).encode(), json.dumps(doc, ensure_ascii=False)]
+
+
+def nested(depth: int, leaf: Any = 0) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# --- top level -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"foo": 1},
+        {"messages": {}},
+        {"info": {}, "messages": None},
+        {"messages": "x"},
+        42,
+        None,
+        True,
+    ],
+    ids=["object", "messages-object", "messages-null", "messages-str", "number", "null", "bool"],
+)
+def test_top_level_shape(engine, doc):
+    for data in as_forms(doc):
+        check(data, engine, "messages", TOP)
+
+
+@pytest.mark.parametrize("data", [b'"text"', b"3.5", "null", b"  {}  "])
+def test_top_level_shape_from_json(engine, data):
+    check(data, engine, "messages", TOP)
+
+
+# --- messages and info ---------------------------------------------------------------------------
+
+MESSAGE_CASES = [
+    ("not-object-int", 1, "", "expected an object"),
+    ("not-object-list", [], "", "expected an object"),
+    ("not-object-str", "msg", "", "expected an object"),
+    ("not-object-null", None, "", "expected an object"),
+    ("info-missing", {"parts": []}, ".info", "missing"),
+    ("info-array", {"info": [], "parts": []}, ".info", "expected an object"),
+    ("info-str", {"info": "x", "parts": []}, ".info", "expected an object"),
+    ("parts-missing", {"info": {"role": "user"}}, ".parts", "missing"),
+    ("parts-null", {"info": {"role": "user"}, "parts": None}, ".parts", "missing"),
+    ("parts-object", {"info": {}, "parts": {}}, ".parts", "expected an array"),
+    ("parts-str", {"info": {}, "parts": "abc"}, ".parts", "expected an array"),
+    ("role", {"info": {"role": 5}, "parts": []}, ".info.role", "expected a string"),
+    ("role-bool", {"info": {"role": True}, "parts": []}, ".info.role", "expected a string"),
+    ("id", {"info": {"id": 5}, "parts": []}, ".info.id", "expected a string"),
+    ("parentID", {"info": {"parentID": []}, "parts": []}, ".info.parentID", "expected a string"),
+    (
+        "error",
+        {"info": {"role": "assistant", "error": "boom"}, "parts": []},
+        ".info.error",
+        "expected an object",
+    ),
+    (
+        "error-name",
+        {"info": {"role": "assistant", "error": {"name": 1}}, "parts": []},
+        ".info.error.name",
+        "expected a string",
+    ),
+    (
+        "error-data",
+        {"info": {"role": "assistant", "error": {"name": "E", "data": "x"}}, "parts": []},
+        ".info.error.data",
+        "expected an object",
+    ),
+    (
+        "error-data-message",
+        {"info": {"role": "assistant", "error": {"data": {"message": 5}}}, "parts": []},
+        ".info.error.data.message",
+        "expected a string",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("bad", "subpath", "detail"),
+    [case[1:] for case in MESSAGE_CASES],
+    ids=[case[0] for case in MESSAGE_CASES],
+)
+def test_message_and_info_fields(engine, bad, subpath, detail):
+    doc = [OK_MSG, OK_MSG, bad]
+    for data in as_forms(doc):
+        check(data, engine, "messages[2]" + subpath, detail)
+    export = {"info": {"id": "ses_x"}, "messages": doc}
+    for data in as_forms(export):
+        check(data, engine, "messages[2]" + subpath, detail)
+
+
+# --- parts ---------------------------------------------------------------------------------------
+
+
+def completed(**state: Any) -> dict:
+    return {"type": "tool", "tool": "bash", "state": {"status": "completed", "input": {}, **state}}
+
+
+PART_CASES = [
+    ("not-object", 5, "", "expected an object"),
+    ("not-object-list", ["text"], "", "expected an object"),
+    ("type-missing", {"text": "a"}, ".type", "missing"),
+    ("type-number", {"type": 5}, ".type", "expected a string"),
+    ("text", {"type": "text", "text": 5}, ".text", "expected a string"),
+    ("text-list", {"type": "text", "text": ["a"]}, ".text", "expected a string"),
+    ("ignored", {"type": "text", "text": "a", "ignored": "yes"}, ".ignored", "expected a boolean"),
+    ("ignored-int", {"type": "text", "text": "a", "ignored": 1}, ".ignored", "expected a boolean"),
+    ("tool-tool", {"type": "tool", "tool": 5}, ".tool", "expected a string"),
+    ("tool-name", {"type": "tool", "name": {}}, ".name", "expected a string"),
+    ("tool-state", {"type": "tool", "tool": "x", "state": "s"}, ".state", "expected an object"),
+    ("tool-state-list", {"type": "tool", "state": []}, ".state", "expected an object"),
+    ("status", {"type": "tool", "state": {"status": 5}}, ".state.status", "expected a string"),
+    ("output", completed(output=5), ".state.output", "expected a string"),
+    ("time", completed(output="o", time="t"), ".state.time", "expected an object"),
+    (
+        "compacted-bool",
+        completed(output="o", time={"compacted": True}),
+        ".state.time.compacted",
+        "expected a number",
+    ),
+    (
+        "compacted-str",
+        completed(output="o", time={"compacted": "1767000000000"}),
+        ".state.time.compacted",
+        "expected a number",
+    ),
+    (
+        "error",
+        {"type": "tool", "state": {"status": "error", "error": 5}},
+        ".state.error",
+        "expected a string",
+    ),
+    ("tool_result-text", {"type": "tool_result", "text": 5}, ".text", "expected a string"),
+    (
+        "tool_result-tool",
+        {"type": "tool_result", "text": "a", "tool": 5},
+        ".tool",
+        "expected a string",
+    ),
+    (
+        "tool_result-name",
+        {"type": "tool_result", "text": "a", "name": 5},
+        ".name",
+        "expected a string",
+    ),
+    (
+        "input-65",
+        {"type": "tool", "tool": "x", "state": {"status": "running", "input": nested(65)}},
+        ".state.input",
+        "nested deeper than 64 levels",
+    ),
+    (
+        "input-65-objects",
+        {"type": "tool", "state": {"status": "pending", "input": {"a": nested(64, {})}}},
+        ".state.input",
+        "nested deeper than 64 levels",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("bad", "subpath", "detail"),
+    [case[1:] for case in PART_CASES],
+    ids=[case[0] for case in PART_CASES],
+)
+@pytest.mark.parametrize("role", ["user", "assistant", "other"])
+def test_part_fields(engine, bad, subpath, detail, role):
+    doc = [OK_MSG, {"info": {"id": "msg_1", "role": role}, "parts": [OK_PART, OK_PART, bad]}]
+    for data in as_forms(doc):
+        check(data, engine, "messages[1].parts[2]" + subpath, detail)
+
+
+def test_compaction_tail_start_id(engine):
+    bad = {"type": "compaction", "auto": False, "tail_start_id": 5}
+    doc = [OK_MSG, {"info": {"id": "msg_1", "role": "user"}, "parts": [bad]}]
+    for data in as_forms(doc):
+        check(data, engine, "messages[1].parts[0].tail_start_id", "expected a string")
+
+
+def test_input_at_64_levels_is_fine(engine):
+    for value in (nested(64), nested(63, {}), {"a": nested(63)}):
+        doc = [
+            {
+                "info": {"role": "assistant"},
+                "parts": [
+                    {"type": "tool", "tool": "t", "state": {"status": "running", "input": value}}
+                ],
+            }
+        ]
+        for data in as_forms(doc):
+            ctx = build_fork_context(data, engine=engine)
+            dumped = json.dumps(value, separators=(",", ":"))
+            assert ctx.context == framed(
+                block("Agent", "[Tool: t] " + dumped[:500] + ("..." if len(dumped) > 500 else ""))
+            )
+
+
+def test_very_deep_input_from_objects_does_not_crash(engine):
+    doc = [
+        {
+            "info": {},
+            "parts": [{"type": "tool", "state": {"status": "running", "input": nested(50_000)}}],
+        }
+    ]
+    check(doc, engine, "messages[0].parts[0].state.input", "nested deeper than 64 levels")
+
+
+# --- fields that are not read are not checked; null is absent ------------------------------------
+
+
+def test_fields_that_are_not_read_are_not_checked(fork):
+    msgs = [
+        {"info": {"role": "user", "error": "not read on users", "summary": "x"}, "parts": []},
+        {
+            "info": {"role": "assistant", "summary": 7, "time": "x", "tokens": None},
+            "parts": [
+                {
+                    "type": "tool",
+                    "tool": "a",
+                    "state": {"status": "running", "output": 5, "error": 6},
+                },
+                {
+                    "type": "tool",
+                    "tool": "b",
+                    "state": {"status": "completed", "output": "o", "error": 5},
+                },
+                {
+                    "type": "tool",
+                    "tool": "c",
+                    "state": {
+                        "status": "error",
+                        "error": "e",
+                        "output": 5,
+                        "time": {"compacted": True},
+                    },
+                },
+                {"type": "tool", "tool": "d", "state": {"status": "pending", "time": "x"}},
+                {"type": "text", "text": "t", "synthetic": "yes", "time": 5},
+                {"type": "reasoning", "text": 5},
+                {"type": "file", "url": 5, "mime": []},
+                {"type": "step-finish", "tokens": "x"},
+                {"type": "compaction", "auto": "maybe"},
+            ],
+        },
+    ]
+    ctx = fork(msgs)
+    assert ctx.context == framed(
+        block("User"),
+        block(
+            "Agent",
+            "[Tool: a]",
+            "[Tool: b]",
+            "[Tool result]\no",
+            "[Tool: c]",
+            "[Tool result]\ne",
+            "[Tool: d]",
+            "t",
+        ),
+    )
+
+
+def test_null_counts_as_absent(fork):
+    msgs = [
+        {"info": {"role": None, "id": None, "parentID": None, "error": None}, "parts": []},
+        {
+            "info": {"role": "assistant", "error": {"name": None, "data": None}},
+            "parts": [
+                {"type": "text", "text": None, "ignored": None},
+                {"type": "tool", "tool": None, "name": None, "state": None},
+                {"type": "tool", "tool": "x", "state": {"status": None, "input": None}},
+                {
+                    "type": "tool",
+                    "tool": "y",
+                    "state": {"status": "completed", "output": None, "time": None},
+                },
+                {
+                    "type": "tool",
+                    "tool": "z",
+                    "state": {"status": "completed", "output": "kept", "time": {"compacted": None}},
+                },
+                {"type": "tool_result", "text": None, "tool": None, "name": None},
+                {"type": "compaction", "tail_start_id": None},
+            ],
+        },
+    ]
+    ctx = fork(msgs)
+    assert ctx.context == framed(
+        block("Unknown"),
+        block(
+            "Agent",
+            "[Tool: unknown]",
+            "[Tool: x] null",
+            "[Tool: y]",
+            "[Tool result]\n",
+            "[Tool: z]",
+            "[Tool result]\nkept",
+            "[Error: Error]",
+        ),
+    )
+
+
+# --- Python objects only -------------------------------------------------------------------------
+
+PATH_INPUT = "messages[0].parts[0].state.input"
+
+
+def with_input(value: Any) -> list[dict]:
+    return [
+        {"info": {}, "parts": [{"type": "tool", "state": {"status": "running", "input": value}}]}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [
+        ({1: "a"}, "keys must be strings"),
+        ({"a": {(1, 2): "b"}}, "keys must be strings"),
+        ({"a": {1, 2}}, "not a JSON value (set)"),
+        ([object()], "not a JSON value (object)"),
+        ({"a": b"x"}, "not a JSON value (bytes)"),
+        (Decimal("1.5"), "not a JSON value (Decimal)"),
+        ({"k": "\ud800"}, "contains a lone surrogate"),
+        ({"\udfff": 1}, "contains a lone surrogate"),
+        (["ok", ["\udc00x"]], "contains a lone surrogate"),
+    ],
+)
+def test_input_values_from_objects(engine, value, detail):
+    check(with_input(value), engine, PATH_INPUT, detail)
+
+
+@pytest.mark.parametrize(
+    ("doc", "path"),
+    [
+        ([{"info": {"role": "us\ud800er"}, "parts": []}], "messages[0].info.role"),
+        ([{"info": {"id": "\udc00"}, "parts": []}], "messages[0].info.id"),
+        ([{"info": {"parentID": "\udc00"}, "parts": []}], "messages[0].info.parentID"),
+        (
+            [{"info": {"role": "assistant", "error": {"name": "\ud800"}}, "parts": []}],
+            "messages[0].info.error.name",
+        ),
+        (
+            [
+                {
+                    "info": {"role": "assistant", "error": {"data": {"message": "\ud800"}}},
+                    "parts": [],
+                }
+            ],
+            "messages[0].info.error.data.message",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "text", "text": "a\ud800b"}]}],
+            "messages[0].parts[0].text",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "tool", "tool": "\ud800"}]}],
+            "messages[0].parts[0].tool",
+        ),
+        (
+            [
+                {
+                    "info": {},
+                    "parts": [
+                        {"type": "tool", "state": {"status": "completed", "output": "\udfff"}}
+                    ],
+                }
+            ],
+            "messages[0].parts[0].state.output",
+        ),
+        (
+            [
+                {
+                    "info": {},
+                    "parts": [{"type": "tool", "state": {"status": "error", "error": "\udfff"}}],
+                }
+            ],
+            "messages[0].parts[0].state.error",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "tool_result", "text": "\ud800"}]}],
+            "messages[0].parts[0].text",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "compaction", "tail_start_id": "\ud800"}]}],
+            "messages[0].parts[0].tail_start_id",
+        ),
+    ],
+)
+def test_lone_surrogates_in_read_strings_from_objects(engine, doc, path):
+    check(doc, engine, path, "contains a lone surrogate")
+
+
+def test_lone_surrogate_in_unread_field_from_objects_is_fine(engine):
+    doc = [{"info": {"title": "\ud800"}, "parts": [{"type": "reasoning", "text": "\ud800"}]}]
+    assert build_fork_context(doc, engine=engine).context == framed(block("Unknown"))
+
+
+@pytest.mark.parametrize(
+    ("part", "subpath", "detail"),
+    [
+        ({"type": "text", "text": b"bytes"}, ".text", "expected a string"),
+        ({"type": "text", "text": "a", "ignored": 0}, ".ignored", "expected a boolean"),
+        (
+            {"type": "tool", "state": {"status": "completed", "time": {"compacted": False}}},
+            ".state.time.compacted",
+            "expected a number",
+        ),
+        ({"type": "tool", "state": ("status", "completed")}, ".state", "expected an object"),
+    ],
+)
+def test_python_types_from_objects(engine, part, subpath, detail):
+    check([{"info": {}, "parts": [part]}], engine, "messages[0].parts[0]" + subpath, detail)
+
+
+def test_tuple_of_messages_and_tuple_parts_are_accepted(engine):
+    doc = ({"info": {"role": "user"}, "parts": ({"type": "text", "text": "q"},)},)
+    assert build_fork_context(list(doc), engine=engine).context == framed(block("User", "q"))
+
+
+# --- JSON text -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"[",
+        b"[1,]",
+        b'[{"info":{},"parts":[]},]',
+        b"[] x",
+        b"[{'info':{}}]",
+        b'[{"info":{"role":"user"},"parts":[{"type":"text","text":"a\x01b"}]}]',
+        b'[{"info":{},"parts":[{"type":"tool","state":{"status":"running","input":NaN}}]}]',
+        b'[{"info":{},"parts":[{"type":"tool","state":{"status":"running","input":Infinity}}]}]',
+        b'[{"info":{},"parts":[{"type":"tool","state":{"status":"running","input":-Infinity}}]}]',
+        b'[{"info":{"role":"user"},"parts":[{"type":"text","text":"\\ud800"}]}]',
+        b'[{"info":{"role":"user"},"parts":[{"type":"text","text":"\\udc00\\ud800"}]}]',
+        b'[{"info":{"x":"\\ud83d"},"parts":[]}]',
+        b'[{"\\ud800":1}]',
+        b"\xef\xbb\xbf[]",
+        b'[{"info":{},"parts":[]}',
+        b'[1, {"a"',
+        b"[01]",
+        b'["\\x"]',
+    ],
+)
+def test_invalid_json(engine, data):
+    for form in (data, data.decode("utf-8")):
+        err = error_of(form, engine)
+        assert err.path == "json"
+        assert err.detail.startswith("invalid JSON: "), err.detail
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'[{"info":{},"parts":[{"type":"text","text":"\xff"}]}]',
+        b'[{"info":{},"parts":[{"type":"text","text":"\xed\xa0\x80"}]}]',
+        b'[{"info":{},"parts":[{"type":"text","text":"\xc0\xaf"}]}]',
+        b'[{"info":{},"parts":[{"type":"text","text":"\xf0\x9f\x98"}]}]',
+        b"[\x80]",
+        b'[{"info":{"title":"\xfe"},"parts":[]}]',
+    ],
+)
+def test_invalid_utf8(engine, data):
+    check(data, engine, "json", "invalid UTF-8")
+
+
+def test_lone_surrogate_in_str_input(engine):
+    data = '[{"info":{"role":"user"},"parts":[{"type":"text","text":"\ud800"}]}]'
+    check(data, engine, "json", "contains a lone surrogate")
+    unread = '[{"info":{"title":"\udfff"},"parts":[]}]'
+    check(unread, engine, "json", "contains a lone surrogate")
+
+
+def test_surrogate_pair_escapes_are_fine(engine):
+    data = b'[{"info":{"role":"user"},"parts":[{"type":"text","text":"\\ud83d\\ude00 \\u00e9"}]}]'
+    assert build_fork_context(data, engine=engine).context == framed(block("User", "😀 é"))
+
+
+def doc_with_depth(total: int) -> bytes:
+    """A document whose deepest container is at level `total` (the top array is level 1)."""
+    inner = nested(total - 3)  # [ { "info": { "x": <inner> } } ]: 3 levels before it
+    return json.dumps([{"info": {"x": inner}, "parts": []}]).encode()
+
+
+def test_document_at_128_levels_is_fine(engine):
+    ctx = build_fork_context(doc_with_depth(128), engine=engine)
+    assert ctx.context == framed(block("Unknown"))
+
+
+def test_document_deeper_than_128_levels(engine):
+    check(doc_with_depth(129), engine, "json", "nested deeper than 128 levels")
+    check(doc_with_depth(129).decode(), engine, "json", "nested deeper than 128 levels")
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_very_deep_documents_do_not_crash(engine, depth):
+    data = b"[" * depth + b"]" * depth
+    check(data, engine, "json", "nested deeper than 128 levels")
+    data = b'{"messages":' + b'{"a":' * depth + b"1" + b"}" * depth + b"}"
+    check(data, engine, "json", "nested deeper than 128 levels")
+
+
+def test_unterminated_deep_document(engine):
+    err = error_of(b"[" * 100_000, engine)
+    assert err.path == "json"
+
+
+# --- which error wins ----------------------------------------------------------------------------
+
+
+def test_syntax_error_beats_earlier_shape_error(engine):
+    check_prefix = error_of(b'[1, {"info": 5}, [', engine)
+    assert (check_prefix.path, check_prefix.detail.startswith("invalid JSON: ")) == ("json", True)
+    err = error_of(b'[{"info": 5, "parts": []}, "\xff"]', engine)
+    assert (err.path, err.detail) == ("json", "invalid UTF-8")
+
+
+def test_depth_beats_shape_and_input_depth(engine):
+    # the input is 124 deep: the document reaches 129 levels, a document-wide error
+    part = {"type": "tool", "state": {"status": "running", "input": nested(124)}}
+    data = json.dumps([1, {"info": {}, "parts": [part]}]).encode()
+    check(data, engine, "json", "nested deeper than 128 levels")
+    # 123 deep: the document has 128 levels, so the input's own limit reports
+    part = {"type": "tool", "state": {"status": "running", "input": nested(123)}}
+    data = json.dumps([{"info": {}, "parts": [part]}]).encode()
+    check(data, engine, PATH_INPUT, "nested deeper than 64 levels")
+
+
+def test_lone_surrogate_escape_beats_shape_error(engine):
+    err = error_of(b'[5, {"info": {"x": "\\ud800"}, "parts": []}]', engine)
+    assert err.path == "json" and err.detail.startswith("invalid JSON: ")
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "detail"),
+    [
+        ([{"info": 5, "parts": 5}], "messages[0].info", "expected an object"),
+        ([{"parts": 5}], "messages[0].info", "missing"),
+        ([{"info": {"role": 5, "id": 5}}], "messages[0].info.role", "expected a string"),
+        ([{"info": {"id": 5, "parentID": 5}}], "messages[0].info.id", "expected a string"),
+        (
+            [{"info": {"parentID": 5, "role": "assistant", "error": 5}}],
+            "messages[0].info.parentID",
+            "expected a string",
+        ),
+        (
+            [{"info": {"role": "assistant", "error": {"name": 5, "data": 5}}, "parts": 5}],
+            "messages[0].info.error.name",
+            "expected a string",
+        ),
+        (
+            [{"info": {"role": "assistant", "error": {"data": 5}}, "parts": 5}],
+            "messages[0].info.error.data",
+            "expected an object",
+        ),
+        (
+            [{"info": {"role": "user"}, "parts": [5, {}]}],
+            "messages[0].parts[0]",
+            "expected an object",
+        ),
+        ([{"info": {}, "parts": [{"text": 5}]}], "messages[0].parts[0].type", "missing"),
+        (
+            [{"info": {}, "parts": [{"type": "text", "text": 5, "ignored": 5}]}],
+            "messages[0].parts[0].text",
+            "expected a string",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "tool", "name": 5, "tool": 5, "state": 5}]}],
+            "messages[0].parts[0].tool",
+            "expected a string",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "tool", "state": 5, "name": 5}]}],
+            "messages[0].parts[0].name",
+            "expected a string",
+        ),
+        (
+            [
+                {
+                    "info": {},
+                    "parts": [{"type": "tool", "state": {"status": 5, "input": nested(70)}}],
+                }
+            ],
+            "messages[0].parts[0].state.status",
+            "expected a string",
+        ),
+        (
+            [
+                {
+                    "info": {},
+                    "parts": [
+                        {
+                            "type": "tool",
+                            "state": {"status": "completed", "output": 5, "input": nested(70)},
+                        }
+                    ],
+                }
+            ],
+            PATH_INPUT,
+            "nested deeper than 64 levels",
+        ),
+        (
+            [
+                {
+                    "info": {},
+                    "parts": [
+                        {"type": "tool", "state": {"status": "completed", "time": 5, "output": 5}}
+                    ],
+                }
+            ],
+            "messages[0].parts[0].state.output",
+            "expected a string",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "tool_result", "name": 5, "tool": 5, "text": 5}]}],
+            "messages[0].parts[0].text",
+            "expected a string",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "tool_result", "name": 5, "tool": 5}]}],
+            "messages[0].parts[0].tool",
+            "expected a string",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "text", "text": 5}]}, {"info": 5}],
+            "messages[0].parts[0].text",
+            "expected a string",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "text", "text": "ok"}, {"type": 5}]}, 7],
+            "messages[0].parts[1].type",
+            "expected a string",
+        ),
+    ],
+)
+def test_first_fault_in_check_order(engine, doc, path, detail):
+    for data in as_forms(doc):
+        check(data, engine, path, detail)
+
+
+# --- never crash, same answer from both engines --------------------------------------------------
+
+
+def outcome(data: Any, engine: str) -> tuple:
+    try:
+        ctx = build_fork_context(data, engine=engine)
+    except ForkInputError as err:
+        detail = "invalid JSON: …" if err.detail.startswith("invalid JSON: ") else err.detail
+        return ("error", err.path, detail)
+    return ("ok", ctx.text, ctx.stats.model_dump())
+
+
+def same_outcome(data: Any) -> None:
+    assert outcome(data, "rust") == outcome(data, "python")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200))
+def test_random_bytes(data):
+    same_outcome(data)
+
+
+JSON_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+    st.sampled_from(
+        [
+            "text",
+            "tool",
+            "tool_result",
+            "compaction",
+            "user",
+            "assistant",
+            "completed",
+            "error",
+            "running",
+        ]
+    ),
+)
+KEYS = st.sampled_from(
+    [
+        "info",
+        "parts",
+        "role",
+        "id",
+        "parentID",
+        "type",
+        "text",
+        "tool",
+        "name",
+        "state",
+        "status",
+        "input",
+        "output",
+        "error",
+        "time",
+        "compacted",
+        "ignored",
+        "summary",
+        "data",
+        "message",
+        "tail_start_id",
+        "messages",
+        "x",
+    ]
+)
+JSONISH = st.recursive(
+    JSON_LEAF,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(KEYS, children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(JSONISH)
+def test_random_json_shapes(doc):
+    same_outcome(doc)
+    same_outcome(json.dumps(doc).encode())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(JSONISH, st.integers(min_value=0, max_value=40), st.binary(min_size=1, max_size=3))
+def test_corrupted_json_bytes(doc, cut, junk):
+    data = json.dumps(
+        [doc, {"info": {"role": "user"}, "parts": [{"type": "text", "text": "é😀"}]}]
+    ).encode()
+    position = min(cut, len(data))
+    same_outcome(data[:position] + junk + data[position:])
+    same_outcome(data[:position])
