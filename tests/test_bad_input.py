@@ -391,6 +391,7 @@ def test_input_values_from_objects(engine, value, detail):
             [{"info": {}, "parts": [{"type": "text", "text": "a\ud800b"}]}],
             "messages[0].parts[0].text",
         ),
+        ([{"info": {}, "parts": [{"type": "\ud800"}]}], "messages[0].parts[0].type"),
         (
             [{"info": {}, "parts": [{"type": "tool", "tool": "\ud800"}]}],
             "messages[0].parts[0].tool",
