@@ -27,7 +27,13 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 pub struct Scan {
     pub max_depth: usize,
     pub lone_surrogate_escape: bool,
+    /// an integer literal longer than Python's `int` conversion limit (4300 digits), which
+    /// `json.loads` refuses
+    pub huge_integer: bool,
 }
+
+/// Python's default `sys.get_int_max_str_digits()`.
+const PYTHON_INT_MAX_DIGITS: usize = 4300;
 
 fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
     let digits = bytes.get(at..at + 4)?;
@@ -49,6 +55,14 @@ pub fn scan(text: &str) -> Scan {
     while i < bytes.len() {
         let b = bytes[i];
         if in_string {
+            // Jump to the next quote or backslash: strings are most of a session's bytes.
+            if b != b'"' && b != b'\\' {
+                match memchr::memchr2(b'"', b'\\', bytes.get(i..).unwrap_or(&[])) {
+                    Some(skip) => i += skip,
+                    None => break,
+                }
+                continue;
+            }
             match b {
                 b'"' => in_string = false,
                 b'\\' => {
@@ -83,6 +97,21 @@ pub fn scan(text: &str) -> Scan {
                     out.max_depth = out.max_depth.max(depth);
                 }
                 b']' | b'}' => depth = depth.saturating_sub(1),
+                b'-' | b'0'..=b'9' => {
+                    let sign = usize::from(b == b'-');
+                    let digits = bytes
+                        .get(i + sign..)
+                        .unwrap_or(&[])
+                        .iter()
+                        .take_while(|b| b.is_ascii_digit())
+                        .count();
+                    let next = bytes.get(i + sign + digits).copied();
+                    if digits > PYTHON_INT_MAX_DIGITS && !matches!(next, Some(b'.' | b'e' | b'E')) {
+                        out.huge_integer = true;
+                    }
+                    i += (sign + digits).max(1);
+                    continue;
+                }
                 _ => {}
             }
         }
@@ -97,6 +126,8 @@ pub fn parse_bytes(bytes: &[u8]) -> Result<Vec<Message>, InputError> {
     parse_document(text)
 }
 
+const HUGE_INTEGER: &str = "invalid JSON: integer literal longer than 4300 digits";
+
 fn invalid_json(err: &serde_json::Error) -> InputError {
     InputError::json(format!("invalid JSON: {err}"))
 }
@@ -108,6 +139,9 @@ pub fn parse_document(text: &str) -> Result<Vec<Message>, InputError> {
         // A syntax error anywhere wins over the depth (IgnoredAny is not recursive).
         if let Err(err) = serde_json::from_str::<IgnoredAny>(text) {
             return Err(invalid_json(&err));
+        }
+        if found.huge_integer {
+            return Err(InputError::json(HUGE_INTEGER));
         }
         return Err(InputError::json(e::DOCUMENT_TOO_DEEP));
     }
@@ -122,6 +156,9 @@ pub fn parse_document(text: &str) -> Result<Vec<Message>, InputError> {
     };
     let list = list.and_then(|list| de.end().map(|()| list));
     let list = list.map_err(|err| invalid_json(&err))?;
+    if found.huge_integer {
+        return Err(InputError::json(HUGE_INTEGER));
+    }
     if found.lone_surrogate_escape {
         return Err(InputError::json(
             "invalid JSON: lone surrogate in a string escape",
@@ -855,6 +892,28 @@ mod tests {
         assert_eq!(err.path, "messages[0]");
         let err = parse_document(r#"{"messages": 1e400}"#).unwrap_err();
         assert_eq!(err.path, "messages");
+    }
+
+    #[test]
+    fn integers_past_python_limit_are_invalid() {
+        let ok = format!(
+            "[{{\"info\":{{}},\"parts\":[],\"x\":-{}}}]",
+            "9".repeat(4300)
+        );
+        assert!(parse_document(&ok).is_ok());
+        let float = format!(
+            "[{{\"info\":{{}},\"parts\":[],\"x\":{}.5}}]",
+            "9".repeat(5000)
+        );
+        assert!(parse_document(&float).is_ok());
+        let huge = format!(
+            "[{{\"info\":{{}},\"parts\":[],\"x\":{}}}]",
+            "9".repeat(4301)
+        );
+        assert!(parse_document(&huge)
+            .unwrap_err()
+            .detail
+            .starts_with("invalid JSON"));
     }
 
     #[test]
