@@ -1,0 +1,310 @@
+"""Hypothesis: both engines give the same text and stats for random sessions, from dicts and from
+JSON bytes/str; the budget holds; bytes input equals dict input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from asyncagents import ForkConfig, ForkContext, build_fork_context
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+SETTINGS = settings(
+    max_examples=250,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+SPECIAL = [
+    "😀",
+    "漢",
+    "字",
+    "e\u0301",
+    "\u0301",
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+    "\U0001d518",
+    "\U00010348",
+    "ß",
+    "ǆ",
+    "\u2028",
+    "\x00",
+    "\x1f",
+    "\x7f",
+    '"',
+    "\\",
+    "\n",
+    "\t",
+    "error",
+    "Error",
+    "FAILED",
+    "traceback",
+    "[Old tool result content cleared]",
+]
+CHARS = st.characters(exclude_categories=("Cs",))
+SHORT = st.text(CHARS, max_size=12) | st.sampled_from(SPECIAL)
+PIECE = st.lists(SHORT, max_size=6).map("".join)
+# empty, short, and large (repeated) texts
+TEXT = st.one_of(
+    st.just(""),
+    PIECE,
+    st.builds(lambda s, n: s * n, PIECE.filter(bool), st.integers(1, 2_000)),
+)
+IDS = [f"msg_{i}" for i in range(8)]
+ID = st.sampled_from(IDS)
+
+JSON_SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**200), max_value=2**200),
+    st.integers(min_value=-(2**63), max_value=2**64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.1, 1e16, 1e-05, 100000.0, -0.0, 1.5e300, 5e-324, 1e22, 1e21]),
+    PIECE,
+)
+JSON_VALUE = st.recursive(
+    JSON_SCALAR,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(SHORT, children, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+def maybe(strategy: st.SearchStrategy, *absent: Any) -> st.SearchStrategy:
+    """`strategy`, or the key left out (``...``), or one of `absent` (e.g. None)."""
+    return st.one_of(st.just(...), st.sampled_from(absent) if absent else st.nothing(), strategy)
+
+
+def drop_ellipsis(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if v is not ...}
+
+
+@st.composite
+def tool_part(draw: st.DrawFn) -> dict:
+    status = draw(st.sampled_from(["completed", "completed", "error", "pending", "running", "x"]))
+    state: dict[str, Any] = {"status": status, "input": draw(maybe(JSON_VALUE, None))}
+    if status == "completed":
+        state["output"] = draw(maybe(TEXT, None))
+        state["time"] = drop_ellipsis(
+            {
+                "start": 1,
+                "end": 2,
+                "compacted": draw(maybe(st.integers(0, 2**41) | st.floats(1, 1e13), None)),
+            }
+        )
+    elif status == "error":
+        state["error"] = draw(maybe(TEXT, None))
+    name = st.sampled_from(["bash", "read", "grep", "edit", "pty_x", "exec", "invalid", "Bash"])
+    part = {
+        "type": "tool",
+        "callID": "call_1",
+        "tool": draw(maybe(name | SHORT, None)),
+        "name": draw(maybe(name, None)),
+        "state": draw(st.sampled_from([drop_ellipsis(state), drop_ellipsis(state), ...])),
+    }
+    return drop_ellipsis(part)
+
+
+PART = st.one_of(
+    st.builds(
+        lambda t, ignored, synthetic: drop_ellipsis(
+            {"type": "text", "text": t, "ignored": ignored, "synthetic": synthetic}
+        ),
+        maybe(TEXT, None),
+        maybe(st.booleans(), None),
+        maybe(st.booleans()),
+    ),
+    st.builds(lambda t: {"type": "reasoning", "text": t}, TEXT),
+    tool_part(),
+    tool_part(),
+    st.builds(
+        lambda t, tool, name: drop_ellipsis(
+            {"type": "tool_result", "text": t, "tool": tool, "name": name}
+        ),
+        maybe(TEXT, None),
+        maybe(st.sampled_from(["bash", "read"]), None),
+        maybe(st.sampled_from(["exec", "grep"]), None),
+    ),
+    st.builds(
+        lambda tail, auto: drop_ellipsis(
+            {"type": "compaction", "auto": auto, "tail_start_id": tail}
+        ),
+        maybe(ID | SHORT, None),
+        st.booleans(),
+    ),
+    st.sampled_from([{"type": "step-start"}, {"type": "step-finish", "reason": "stop"}]),
+    st.just({"type": "patch", "hash": "h", "files": ["/a"]}),
+)
+
+ROLE = st.one_of(
+    st.sampled_from(["user", "assistant", "user", "assistant", "system", "tool", "", None]),
+    st.text(CHARS, max_size=6),
+    st.just(...),
+)
+ERROR = st.one_of(
+    st.just(...),
+    st.none(),
+    st.builds(
+        lambda name, message: drop_ellipsis(
+            {"name": name, "data": drop_ellipsis({"message": message, "statusCode": 400})}
+        ),
+        maybe(st.sampled_from(["APIError", "MessageAbortedError", ""]) | SHORT, None),
+        maybe(PIECE, None),
+    ),
+)
+
+
+@st.composite
+def message(draw: st.DrawFn) -> dict:
+    role = draw(ROLE)
+    info = {
+        "id": draw(maybe(ID, None)),
+        "sessionID": "ses_p",
+        "role": role,
+        "parentID": draw(maybe(ID, None)),
+        "summary": draw(
+            maybe(st.sampled_from([True, True, False, 1, "true", {"diffs": []}]), None)
+        ),
+        "error": draw(ERROR),
+        "time": {"created": 1},
+    }
+    parts = draw(st.lists(PART, max_size=5))
+    return {"info": drop_ellipsis(info), "parts": parts}
+
+
+SESSION = st.lists(message(), max_size=12)
+
+
+@st.composite
+def config(draw: st.DrawFn) -> ForkConfig | None:
+    if draw(st.booleans()):
+        return None
+    budget = draw(st.integers(0, 6_000))
+    return ForkConfig(
+        char_budget=budget,
+        char_no_removal=draw(st.integers(0, budget)),
+        tier1_count=draw(st.integers(0, 6)),
+        tier2_count=draw(st.integers(0, 6)),
+        tier2_limit=draw(st.integers(0, 400)),
+        tier3_limit=draw(st.integers(0, 120)),
+        params_tier1=draw(st.integers(0, 60)),
+        params_tier2=draw(st.integers(0, 40)),
+        params_tier3=draw(st.integers(0, 20)),
+    )
+
+
+def run(data: Any, cfg: ForkConfig | None, engine: str) -> ForkContext:
+    return build_fork_context(data, config=cfg, engine=engine)
+
+
+def check_invariants(ctx: ForkContext, msgs: list, cfg: ForkConfig | None) -> None:
+    s = ctx.stats
+    assert s.original_count == len(msgs)
+    assert s.total_chars == len(ctx.context)
+    if ctx.context:
+        assert ctx.text == ctx.preamble + "\n\n" + ctx.context
+        assert ctx.context.startswith("<inherited_context>\n")
+        assert ctx.context.endswith("\n</inherited_context>")
+    else:
+        assert ctx.text == ctx.preamble == ""
+    budget = (cfg or ForkConfig()).char_budget
+    if budget >= 1_000:
+        assert s.total_chars <= budget
+    assert s.final_count >= (1 if ctx.context else 0)
+    assert s.compaction_detected == (s.compaction_slice_index >= 0)
+
+
+@SETTINGS
+@given(SESSION, config())
+def test_engines_agree_on_dicts(msgs, cfg):
+    rust = run(msgs, cfg, "rust")
+    python = run(msgs, cfg, "python")
+    assert rust.text == python.text
+    assert rust.stats.model_dump() == python.stats.model_dump()
+    check_invariants(rust, msgs, cfg)
+
+
+@SETTINGS
+@given(SESSION, config(), st.booleans(), st.booleans(), st.booleans())
+def test_engines_agree_on_json_and_json_equals_dicts(msgs, cfg, ensure_ascii, as_bytes, export):
+    doc: Any = {"info": {"id": "ses_p"}, "messages": msgs} if export else msgs
+    text = json.dumps(doc, ensure_ascii=ensure_ascii)
+    data = text.encode() if as_bytes else text
+    rust = run(data, cfg, "rust")
+    python = run(data, cfg, "python")
+    assert rust == python
+    assert run(msgs, cfg, "python") == python
+    check_invariants(rust, msgs, cfg)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(TEXT, TEXT), min_size=1, max_size=8), st.integers(1_000, 3_000))
+def test_budget_holds_for_big_sessions(pairs, budget):
+    msgs = [
+        {
+            "info": {"role": "assistant"},
+            "parts": [
+                {"type": "text", "text": a * 3},
+                {
+                    "type": "tool",
+                    "tool": "bash",
+                    "state": {"status": "completed", "input": {"c": a}, "output": b * 5},
+                },
+            ],
+        }
+        for a, b in pairs
+    ]
+    cfg = ForkConfig(char_budget=budget, char_no_removal=budget // 3)
+    rust = run(msgs, cfg, "rust")
+    assert rust == run(msgs, cfg, "python")
+    assert rust.stats.total_chars <= budget
+    check_invariants(rust, msgs, cfg)
+
+
+NON_FINITE = st.recursive(
+    st.one_of(
+        st.floats(),  # NaN and infinities allowed: only Python objects can carry them
+        st.sampled_from([float("nan"), float("inf"), float("-inf")]),
+        JSON_SCALAR,
+    ),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(SHORT, children, max_size=3),
+    max_leaves=10,
+)
+
+
+@SETTINGS
+@given(NON_FINITE, st.integers(0, 600))
+def test_non_finite_floats_from_objects(value, limit):
+    msgs = [
+        {"info": {}, "parts": [{"type": "tool", "state": {"status": "running", "input": value}}]}
+    ]
+    cfg = ForkConfig(params_tier1=limit)
+    rust = run(msgs, cfg, "rust")
+    assert rust == run(msgs, cfg, "python")
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if len(expected) > limit:
+        expected = expected[:limit] + "..."
+    assert rust.context == "<inherited_context>\nUnknown:\n[Tool: unknown] " + expected + (
+        "\n</inherited_context>"
+    )
+
+
+@SETTINGS
+@given(JSON_VALUE, st.booleans())
+def test_parameter_json_matches_python_json_dumps(value, ensure_ascii):
+    msgs = [
+        {"info": {}, "parts": [{"type": "tool", "state": {"status": "running", "input": value}}]}
+    ]
+    cfg = ForkConfig(params_tier1=10**9)
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    data = json.dumps(msgs, ensure_ascii=ensure_ascii).encode()
+    for engine in ("rust", "python"):
+        for form in (msgs, data):
+            ctx = run(form, cfg, engine)
+            assert ctx.context == (
+                "<inherited_context>\nUnknown:\n[Tool: unknown] "
+                + expected
+                + "\n</inherited_context>"
+            )
