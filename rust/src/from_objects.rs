@@ -177,8 +177,7 @@ impl<'py> Walker<'py> {
             let kind = kind
                 .cast::<PyString>()
                 .map_err(|_| loc.err(Some("type"), e::EXPECTED_STRING))?;
-            // A type with a lone surrogate is just an unknown type.
-            let kind = kind.to_str().unwrap_or("");
+            let kind = as_str(kind, || loc.path(Some("type")))?;
             match kind {
                 "text" => {
                     let text = self.big(part, intern!(py, "text"), loc, "text")?;

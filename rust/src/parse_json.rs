@@ -27,10 +27,17 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 pub struct Scan {
     pub max_depth: usize,
     pub lone_surrogate_escape: bool,
+    /// where the nesting first reaches `RUNAWAY_DEPTH` (an opening bracket's offset)
+    pub runaway_at: Option<usize>,
     /// an integer literal longer than Python's `int` conversion limit (4300 digits), which
     /// `json.loads` refuses
     pub huge_integer: bool,
 }
+
+/// Nesting at which `json.loads` gives up with a RecursionError (about Python's recursion
+/// limit), which the reference reports as the nesting error: syntax errors past that point are
+/// never seen.
+pub const RUNAWAY_DEPTH: usize = 1000;
 
 /// Python's default `sys.get_int_max_str_digits()`.
 const PYTHON_INT_MAX_DIGITS: usize = 4300;
@@ -95,6 +102,9 @@ pub fn scan(text: &str) -> Scan {
                 b'[' | b'{' => {
                     depth += 1;
                     out.max_depth = out.max_depth.max(depth);
+                    if depth == RUNAWAY_DEPTH && out.runaway_at.is_none() {
+                        out.runaway_at = Some(i);
+                    }
                 }
                 b']' | b'}' => depth = depth.saturating_sub(1),
                 b'-' | b'0'..=b'9' => {
@@ -136,11 +146,18 @@ fn invalid_json(err: &serde_json::Error) -> InputError {
 pub fn parse_document(text: &str) -> Result<Vec<Message>, InputError> {
     let found = scan(text);
     if found.max_depth > e::MAX_DOCUMENT_DEPTH {
-        // A syntax error anywhere wins over the depth (IgnoredAny is not recursive).
-        if let Err(err) = serde_json::from_str::<IgnoredAny>(text) {
-            return Err(invalid_json(&err));
+        // A syntax error wins over the depth (IgnoredAny is not recursive), unless it comes
+        // after the point where json.loads runs out of recursion.
+        let checked = match found.runaway_at {
+            Some(at) => text.get(..at).unwrap_or(text),
+            None => text,
+        };
+        if let Err(err) = serde_json::from_str::<IgnoredAny>(checked) {
+            if found.runaway_at.is_none() || !err.is_eof() {
+                return Err(invalid_json(&err));
+            }
         }
-        if found.huge_integer {
+        if found.huge_integer && found.runaway_at.is_none() {
             return Err(InputError::json(HUGE_INTEGER));
         }
         return Err(InputError::json(e::DOCUMENT_TOO_DEEP));
@@ -876,6 +893,16 @@ mod tests {
         );
         let broken = format!("{} x", nest(200));
         assert!(parse_document(&broken)
+            .unwrap_err()
+            .detail
+            .starts_with("invalid JSON:"));
+        let runaway = format!("{} x", nest(5000));
+        assert_eq!(
+            parse_document(&runaway).unwrap_err().detail,
+            "nested deeper than 128 levels"
+        );
+        let early = format!("x{}", nest(5000));
+        assert!(parse_document(&early)
             .unwrap_err()
             .detail
             .starts_with("invalid JSON:"));
