@@ -1,0 +1,177 @@
+"""Run the fork benchmarks (or read pytest-benchmark's JSON) and print a Markdown report:
+medians per size, engine and input form, the reference/Rust ratio, 20k/2k scaling, and the peak
+memory of the bytes path relative to the input size.
+
+Memory is measured in a fresh subprocess per (size, engine): ``resource.getrusage`` ``ru_maxrss``
+(peak resident set) after the input bytes are loaded, and again after ``build_fork_context``; the
+difference is the pipeline's own peak. (tracemalloc would miss the Rust allocations.)
+
+    python benches/report.py                       # run everything (a few minutes)
+    python benches/report.py --json bench.json     # report on an earlier --benchmark-json run
+    python benches/report.py --smoke --no-memory   # 200 messages only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+MEMORY_CHILD = """
+import resource, sys
+from asyncagents import build_fork_context
+path, engine = sys.argv[1], sys.argv[2]
+with open(path, "rb") as f:
+    data = f.read()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ctx = build_fork_context(data, engine=engine)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(before, after, len(data), ctx.stats.total_chars)
+"""
+
+
+def run_benchmarks(out: Path, smoke: bool) -> None:
+    env = dict(os.environ)
+    if smoke:
+        env["ASYNCAGENTS_BENCH_SMOKE"] = "1"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(HERE / "test_bench_fork.py"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--benchmark-enable",
+        f"--benchmark-json={out}",
+    ]
+    subprocess.run(cmd, check=True, cwd=ROOT, env=env)
+
+
+def load_medians(path: Path) -> dict[tuple[int, str, str], float]:
+    data = json.loads(path.read_text())
+    medians = {}
+    for bench in data["benchmarks"]:
+        info = bench["extra_info"]
+        medians[(info["messages"], info["engine"], info["form"])] = bench["stats"]["median"]
+    return medians
+
+
+def input_sizes(path: Path) -> dict[int, int]:
+    data = json.loads(path.read_text())
+    return {b["extra_info"]["messages"]: b["extra_info"]["input_bytes"] for b in data["benchmarks"]}
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def timing_table(medians: dict[tuple[int, str, str], float], sizes: dict[int, int]) -> str:
+    lines = [
+        "| messages | input | form | Rust median | reference median | reference / Rust |",
+        "|---:|---:|---|---:|---:|---:|",
+    ]
+    for n in sorted(sizes):
+        for form in ("dicts", "bytes"):
+            rust = medians.get((n, "rust", form))
+            ref = medians.get((n, "python", form))
+            if rust is None or ref is None:
+                continue
+            lines.append(
+                f"| {n:,} | {sizes[n] / 1e6:.1f} MB | {form} | {fmt_time(rust)} | {fmt_time(ref)}"
+                f" | {ref / rust:.1f}x |"
+            )
+    return "\n".join(lines)
+
+
+def scaling_table(medians: dict[tuple[int, str, str], float]) -> str:
+    lines = ["| engine | form | 20k / 2k time |", "|---|---|---:|"]
+    for engine in ("rust", "python"):
+        for form in ("dicts", "bytes"):
+            big, small = medians.get((20_000, engine, form)), medians.get((2_000, engine, form))
+            if big and small:
+                name = "Rust" if engine == "rust" else "reference"
+                lines.append(f"| {name} | {form} | {big / small:.1f}x (linear: 10x) |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def memory_table(sizes: list[int]) -> str:
+    sys.path.insert(0, str(HERE))
+    from generate import session_bytes
+
+    lines = [
+        "| messages | input | engine | peak RSS growth | growth / input |",
+        "|---:|---:|---|---:|---:|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            path = Path(tmp) / f"session_{n}.json"
+            path.write_bytes(session_bytes(n))
+            for engine in ("rust", "python"):
+                out = subprocess.run(
+                    [sys.executable, "-c", MEMORY_CHILD, str(path), engine],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
+                ).stdout.split()
+                before_kb, after_kb, size = int(out[0]), int(out[1]), int(out[2])
+                growth = (after_kb - before_kb) * 1024
+                name = "Rust" if engine == "rust" else "reference (json.loads + Python)"
+                lines.append(
+                    f"| {n:,} | {size / 1e6:.1f} MB | {name} | {growth / 1e6:.1f} MB"
+                    f" | {growth / size:.2f}x |"
+                )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Markdown report of the fork benchmarks")
+    parser.add_argument(
+        "--json", type=Path, help="pytest-benchmark JSON to read instead of running"
+    )
+    parser.add_argument("--smoke", action="store_true", help="200 messages only")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    args = parser.parse_args(argv)
+
+    if args.json:
+        path = args.json
+    else:
+        path = Path(tempfile.mkdtemp()) / "bench.json"
+        run_benchmarks(path, args.smoke)
+    medians = load_medians(path)
+    sizes = input_sizes(path)
+
+    print("## Fork pipeline benchmarks\n")
+    print(
+        "Median wall time of `build_fork_context` on generated OpenCode sessions "
+        '(`benches/generate.py`); reference = `engine="python"` '
+        "(from bytes: `json.loads` + the Python pipeline).\n"
+    )
+    print(timing_table(medians, sizes))
+    scaling = scaling_table(medians)
+    if scaling:
+        print("\n### Scaling\n")
+        print(scaling)
+    if not args.no_memory:
+        print("\n### Peak memory, bytes input\n")
+        print(
+            "`ru_maxrss` growth during the call, in a fresh subprocess per row, after the input "
+            "bytes are loaded (tracemalloc would not see the Rust allocations).\n"
+        )
+        print(memory_table(sorted(sizes)))
+
+
+if __name__ == "__main__":
+    main()
