@@ -2,9 +2,10 @@
 medians per size, engine and input form, the reference/Rust ratio, 20k/2k scaling, and the peak
 memory of the bytes path relative to the input size.
 
-Memory is measured in a fresh subprocess per (size, engine): ``resource.getrusage`` ``ru_maxrss``
-(peak resident set) after the input bytes are loaded, and again after ``build_fork_context``; the
-difference is the pipeline's own peak. (tracemalloc would miss the Rust allocations.)
+Memory is measured in a fresh subprocess per (size, engine): the peak resident set (``VmHWM`` of
+/proc/self/status; ``ru_maxrss`` where there is no /proc) after the input bytes are loaded, and
+again after ``build_fork_context``; the difference is the pipeline's own peak. (tracemalloc would
+miss the Rust allocations; ``ru_maxrss`` alone would carry over the parent's peak across exec.)
 
     python benches/report.py                       # run everything (a few minutes)
     python benches/report.py --json bench.json     # report on an earlier --benchmark-json run
@@ -27,12 +28,24 @@ ROOT = HERE.parent
 MEMORY_CHILD = """
 import resource, sys
 from asyncagents import build_fork_context
+
+def peak_kb():
+    # VmHWM: this process's peak RSS (reset at exec, unlike ru_maxrss, which a child inherits)
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 path, engine = sys.argv[1], sys.argv[2]
 with open(path, "rb") as f:
     data = f.read()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak_kb()
 ctx = build_fork_context(data, engine=engine)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = peak_kb()
 print(before, after, len(data), ctx.stats.total_chars)
 """
 
@@ -107,9 +120,6 @@ def scaling_table(medians: dict[tuple[int, str, str], float]) -> str:
 
 
 def memory_table(sizes: list[int]) -> str:
-    sys.path.insert(0, str(HERE))
-    from generate import session_bytes
-
     lines = [
         "| messages | input | engine | peak RSS growth | growth / input |",
         "|---:|---:|---|---:|---:|",
@@ -117,7 +127,12 @@ def memory_table(sizes: list[int]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             path = Path(tmp) / f"session_{n}.json"
-            path.write_bytes(session_bytes(n))
+            # generated in a subprocess, so that this process stays small
+            subprocess.run(
+                [sys.executable, str(HERE / "generate.py"), str(n), "--out", str(path)],
+                check=True,
+                capture_output=True,
+            )
             for engine in ("rust", "python"):
                 out = subprocess.run(
                     [sys.executable, "-c", MEMORY_CHILD, str(path), engine],
@@ -167,8 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_memory:
         print("\n### Peak memory, bytes input\n")
         print(
-            "`ru_maxrss` growth during the call, in a fresh subprocess per row, after the input "
-            "bytes are loaded (tracemalloc would not see the Rust allocations).\n"
+            "Peak RSS growth (`VmHWM`) during the call, in a fresh subprocess per row, measured "
+            "after the input bytes are loaded (tracemalloc would not see the Rust allocations).\n"
         )
         print(memory_table(sorted(sizes)))
 
