@@ -774,3 +774,11 @@ def test_corrupted_json_bytes(doc, cut, junk):
     position = min(cut, len(data))
     same_outcome(data[:position] + junk + data[position:])
     same_outcome(data[:position])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=120))
+def test_random_str_input(data):
+    same_outcome(data)
+    same_outcome("[" + data + "]")
+    same_outcome('[{"info":{},"parts":[{"type":"text","text":"' + data + '"}]}]')

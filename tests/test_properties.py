@@ -308,3 +308,48 @@ def test_parameter_json_matches_python_json_dumps(value, ensure_ascii):
                 + expected
                 + "\n</inherited_context>"
             )
+
+
+@st.composite
+def session_with_compactions(draw: st.DrawFn) -> list[dict]:
+    """Random messages with complete and incomplete compaction boundaries spliced in."""
+    msgs = draw(st.lists(message(), max_size=10))
+    for k in range(draw(st.integers(1, 3))):
+        ids = [m["info"].get("id") for m in msgs if isinstance(m["info"].get("id"), str)]
+        tail = draw(st.sampled_from([None, "msg_nowhere", *ids]))
+        marker_id = f"cmp_{k}"
+        part: dict[str, Any] = {"type": "compaction", "auto": False}
+        if tail is not None:
+            part["tail_start_id"] = tail
+        marker = {"info": {"id": marker_id, "role": "user"}, "parts": [part]}
+        at = draw(st.integers(0, len(msgs)))
+        msgs.insert(at, marker)
+        kind = draw(st.sampled_from(["by-parent", "fallback", "none", "before"]))
+        if kind == "none":
+            continue
+        summary = {
+            "info": {
+                "id": f"sum_{k}",
+                "role": "assistant",
+                "summary": True,
+                **({"parentID": marker_id} if kind in ("by-parent", "before") else {}),
+            },
+            "parts": [{"type": "text", "text": f"summary {k}"}],
+        }
+        if kind == "before":
+            msgs.insert(draw(st.integers(0, at)), summary)
+        else:
+            msgs.insert(draw(st.integers(at + 1, len(msgs))), summary)
+    return msgs
+
+
+@SETTINGS
+@given(session_with_compactions(), config())
+def test_engines_agree_on_compacted_sessions(msgs, cfg):
+    rust = run(msgs, cfg, "rust")
+    assert rust == run(msgs, cfg, "python")
+    assert run(json.dumps(msgs).encode(), cfg, "rust") == rust
+    check_invariants(rust, msgs, cfg)
+    if rust.stats.compaction_detected and rust.stats.removed_messages == 0:
+        # the summary (an assistant message) comes first
+        assert rust.context.startswith("<inherited_context>\nAgent:")
