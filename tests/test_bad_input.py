@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from asyncagents import ForkInputError, build_fork_context
-from conftest import block, framed
+from fork_builders import block, framed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

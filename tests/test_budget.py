@@ -7,7 +7,7 @@ import time
 
 import pytest
 from asyncagents import ForkConfig, build_fork_context
-from conftest import CLOSE, FRAME, OPEN, assistant, block, framed, text, tool, user
+from fork_builders import CLOSE, FRAME, OPEN, assistant, block, framed, text, tool, user
 
 
 def users(*bodies: str) -> list[dict]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from asyncagents import ForkConfig
-from conftest import assistant, block, compaction, framed, text, tool, user
+from fork_builders import assistant, block, compaction, framed, text, tool, user
 
 
 def summary(mid: str, parent: str | None, body: str = "SUMMARY") -> dict:

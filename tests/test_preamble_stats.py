@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncagents.constants as c
 from asyncagents import ForkConfig, ForkStats
-from conftest import CLEARED, assistant, block, compaction, framed, text, tool, user
+from fork_builders import CLEARED, assistant, block, compaction, framed, text, tool, user
 
 ADVICE = "If you need complete file contents or detailed results, re-read the files directly."
 

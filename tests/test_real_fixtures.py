@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from asyncagents import ForkConfig, build_fork_context
 from asyncagents.models import Message
-from conftest import CLEARED, block, framed
+from fork_builders import CLEARED, block, framed
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

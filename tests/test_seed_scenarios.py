@@ -3,7 +3,7 @@ the scenario. The detailed rules behind each are tested in the stage files."""
 
 from __future__ import annotations
 
-from conftest import assistant, block, compaction, framed, text, tool, user
+from fork_builders import assistant, block, compaction, framed, text, tool, user
 
 
 def summary(mid: str, parent: str, body: str) -> dict:

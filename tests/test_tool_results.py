@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from asyncagents import ForkConfig
-from conftest import (
+from fork_builders import (
     CLEARED,
     assistant,
     block,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from asyncagents import build_fork_context
-from conftest import (
+from fork_builders import (
     MISSING,
     assistant,
     block,
