@@ -6,15 +6,18 @@ from .config import ForkConfig
 
 __all__ = ["ParsedSession", "RenderResult", "from_objects", "parse_json"]
 
-#: ``(role, id, parent_id, summary, markers)`` of one message, for compaction detection
-_MessageMeta = tuple[str | None, str | None, str | None, bool, list[str | None]]
+#: ``(index, id, [tail_start_id, …])`` of a user message with compaction parts
+_Marker = tuple[int, str | None, list[str | None]]
+#: ``(index, parent_id)`` of an assistant summary message
+_Summary = tuple[int, str | None]
 
 @final
 class ParsedSession:
     """A parsed and checked session; its large strings stay in the input buffer."""
 
     def __len__(self) -> int: ...
-    def compaction_view(self) -> list[_MessageMeta]: ...
+    def compaction_view(self) -> tuple[int, list[_Marker], list[_Summary]]: ...
+    def index_of(self, id: str) -> int | None: ...
     def render(self, kept: list[int], config: ForkConfig) -> RenderResult: ...
 
 @final

@@ -1,17 +1,18 @@
 """Stage 1: find the latest complete compaction boundary and decide which messages stay.
 
-Works on `MessageMeta` tuples, which both engines produce (the reference from dicts, the Rust
-engine from its parsed session), so there is one implementation of these rules.
+Works on a sparse `CompactionView` (only marker and summary messages, plus an id lookup), which
+both engines build (the reference from its records, the Rust engine from its parsed session), so
+there is one implementation of these rules and no per-message Python objects on the fast path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 
 class MessageMeta(NamedTuple):
-    """What stage 1 needs of one message."""
+    """What stage 1 needs of one message (the reference keeps one per record)."""
 
     role: str | None
     id: str | None
@@ -20,6 +21,18 @@ class MessageMeta(NamedTuple):
     summary: bool
     #: one entry per ``compaction`` part of a user message: its ``tail_start_id`` or None
     markers: list[str | None]
+
+
+class CompactionView(NamedTuple):
+    """The messages stage 1 looks at, out of `count`."""
+
+    count: int
+    #: ``(index, info.id, [tail_start_id per compaction part])`` of user messages with markers
+    markers: list[tuple[int, str | None, list[str | None]]]
+    #: ``(index, info.parentID)`` of assistant messages whose ``summary`` is ``true``
+    summaries: list[tuple[int, str | None]]
+    #: index of the first message with this ``info.id``, or None
+    index_of: Callable[[str], int | None]
 
 
 class CompactionSlice(NamedTuple):
@@ -31,38 +44,44 @@ class CompactionSlice(NamedTuple):
     tail_messages: int
 
 
-def _find_summary(metas: Sequence[MessageMeta], marker_index: int) -> int | None:
-    """The summary of the marker at `marker_index`: by parentID, else the first one after it."""
-    marker_id = metas[marker_index].id
+def view_of(metas: Sequence[MessageMeta]) -> CompactionView:
+    """The sparse view of a full list of message metas."""
+    markers = [(i, m.id, m.markers) for i, m in enumerate(metas) if m.role == "user" and m.markers]
+    summaries = [
+        (i, m.parent_id) for i, m in enumerate(metas) if m.summary and m.role == "assistant"
+    ]
+    first_index: dict[str, int] = {}
+    for i, meta in enumerate(metas):
+        if meta.id is not None:
+            first_index.setdefault(meta.id, i)
+    return CompactionView(len(metas), markers, summaries, first_index.get)
+
+
+def _find_summary(view: CompactionView, marker_index: int, marker_id: str | None) -> int | None:
+    """The summary of a marker: the first whose parentID is the marker's id, else the next one."""
     if marker_id is not None:
-        for i, meta in enumerate(metas):
-            if meta.summary and meta.role == "assistant" and meta.parent_id == marker_id:
-                return i
-    for i in range(marker_index + 1, len(metas)):
-        if metas[i].summary and metas[i].role == "assistant":
-            return i
-    return None
+        for index, parent_id in view.summaries:
+            if parent_id == marker_id:
+                return index
+    return next((index for index, _ in view.summaries if index > marker_index), None)
 
 
-def slice_at_compaction(metas: Sequence[MessageMeta]) -> CompactionSlice:
+def slice_at_compaction(view: CompactionView) -> CompactionSlice:
     """Keep summary + verbatim tail + everything after the summary, as OpenCode's model sees it.
 
     The latest marker that has a summary wins; markers without one are ignored. Without any
     complete boundary every message is kept.
     """
-    for marker_index in range(len(metas) - 1, -1, -1):
-        meta = metas[marker_index]
-        if meta.role != "user" or not meta.markers:
-            continue
-        summary_index = _find_summary(metas, marker_index)
+    for marker_index, marker_id, tail_start_ids in reversed(view.markers):
+        summary_index = _find_summary(view, marker_index, marker_id)
         if summary_index is None:
             continue
-        tail: list[int] = []
-        tail_start_id = meta.markers[0]
+        tail: Sequence[int] = ()
+        tail_start_id = tail_start_ids[0] if tail_start_ids else None
         if tail_start_id is not None:
-            start = next((i for i, m in enumerate(metas) if m.id == tail_start_id), None)
+            start = view.index_of(tail_start_id)
             if start is not None and start < marker_index:
-                tail = list(range(start, marker_index))
-        kept = [summary_index, *tail, *range(summary_index + 1, len(metas))]
+                tail = range(start, marker_index)
+        kept = [summary_index, *tail, *range(summary_index + 1, view.count)]
         return CompactionSlice(kept, True, summary_index, len(tail))
-    return CompactionSlice(list(range(len(metas))), False, -1, 0)
+    return CompactionSlice(list(range(view.count)), False, -1, 0)

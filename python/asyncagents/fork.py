@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .compaction import CompactionSlice, MessageMeta, slice_at_compaction
+from .compaction import CompactionSlice, CompactionView, slice_at_compaction
 from .config import DEFAULT_CONFIG, ForkConfig
 from .errors import ForkInputError
 from .models import Message
@@ -127,7 +127,8 @@ def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
         session = _core.parse_json(data)  # type: ignore[arg-type]
     else:
         session = _core.from_objects(list(_objects(messages)))
-    sliced = slice_at_compaction([MessageMeta(*meta) for meta in session.compaction_view()])
+    count, markers, summaries = session.compaction_view()
+    sliced = slice_at_compaction(CompactionView(count, markers, summaries, session.index_of))
     out = session.render(sliced.kept, config)
     stats = {
         "final_count": out.final_count,

@@ -18,7 +18,7 @@ use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-use pyo3::types::{PyBytes, PyInt, PyList, PyString};
+use pyo3::types::{PyBytes, PyInt, PyString};
 
 use crate::errors::InputError;
 use crate::from_objects::Failure;
@@ -43,18 +43,43 @@ impl ParsedSession {
         self.session.messages.len()
     }
 
-    /// One `(role, id, parent_id, summary, markers)` tuple per message, for stage 1.
-    fn compaction_view<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let metas = self.session.messages.iter().map(|m| {
-            (
-                m.role.as_deref(),
-                m.id.as_deref(),
-                m.parent_id.as_deref(),
-                m.summary,
-                m.markers.iter().map(|t| t.as_deref()).collect::<Vec<_>>(),
-            )
-        });
-        PyList::new(py, metas)
+    /// What stage 1 looks at: `(count, markers, summaries)`, where `markers` lists
+    /// `(index, id, [tail_start_id…])` of user messages with compaction parts and `summaries`
+    /// lists `(index, parent_id)` of assistant messages whose `summary` is true. Sparse, so a
+    /// long session costs no Python object per message.
+    #[allow(clippy::type_complexity)]
+    fn compaction_view(
+        &self,
+    ) -> (
+        usize,
+        Vec<(usize, Option<&str>, Vec<Option<&str>>)>,
+        Vec<(usize, Option<&str>)>,
+    ) {
+        let messages = &self.session.messages;
+        let markers = messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role.as_deref() == Some("user") && !m.markers.is_empty())
+            .map(|(i, m)| {
+                let tails = m.markers.iter().map(|t| t.as_deref()).collect();
+                (i, m.id.as_deref(), tails)
+            })
+            .collect();
+        let summaries = messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.summary && m.role.as_deref() == Some("assistant"))
+            .map(|(i, m)| (i, m.parent_id.as_deref()))
+            .collect();
+        (messages.len(), markers, summaries)
+    }
+
+    /// Index of the first message whose `info.id` is `id`, for a marker's `tail_start_id`.
+    fn index_of(&self, id: &str) -> Option<usize> {
+        self.session
+            .messages
+            .iter()
+            .position(|m| m.id.as_deref() == Some(id))
     }
 
     /// Render the kept messages (indexes, in output order) with the config's numbers.
