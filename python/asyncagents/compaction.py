@@ -24,9 +24,9 @@ class MessageMeta(NamedTuple):
 
 
 class CompactionView(NamedTuple):
-    """The messages stage 1 looks at, out of `count`."""
+    """The messages stage 1 looks at, out of `message_count`."""
 
-    count: int
+    message_count: int
     #: ``(index, info.id, [tail_start_id per compaction part])`` of user messages with markers
     markers: list[tuple[int, str | None, list[str | None]]]
     #: ``(index, info.parentID)`` of assistant messages whose ``summary`` is ``true``
@@ -82,6 +82,6 @@ def slice_at_compaction(view: CompactionView) -> CompactionSlice:
             start = view.index_of(tail_start_id)
             if start is not None and start < marker_index:
                 tail = range(start, marker_index)
-        kept = [summary_index, *tail, *range(summary_index + 1, view.count)]
+        kept = [summary_index, *tail, *range(summary_index + 1, view.message_count)]
         return CompactionSlice(kept, True, summary_index, len(tail))
-    return CompactionSlice(list(range(view.count)), False, -1, 0)
+    return CompactionSlice(list(range(view.message_count)), False, -1, 0)
