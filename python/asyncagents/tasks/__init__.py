@@ -1,0 +1,79 @@
+"""Background sub-agent tasks: launch, watch, resume, cancel and clear child sessions.
+
+`TaskManager` runs tasks over a `SessionBackend` (`OpenCodeBackend` for a real
+``opencode serve``, `InProcessBackend` to embed it without one) and keeps them in a `TaskStore`
+(`SQLiteTaskStore` by default, `InMemoryTaskStore` for tests). `TOOLS` and `run_tool` are the
+agent-facing side. Importing this package does not load the Rust extension.
+"""
+
+from .backend import PromptRequest, SessionBackend
+from .errors import (
+    BackendError,
+    BackendUnavailableError,
+    ForkResumeConflictError,
+    SessionExpiredError,
+    SessionNotFoundError,
+    TaskBeingResumedError,
+    TaskError,
+    TaskNotCompletedError,
+    TaskNotFoundError,
+    TaskNotRunningError,
+    TaskRequestError,
+)
+from .events import EventFollower
+from .inprocess import InProcessBackend, InProcessTurn, ProviderError
+from .manager import TaskManager, default_store_path
+from .models import Notice, NoticeKind, OutputResult, Task, TaskProgress, TaskStatus
+from .notices import NoticeCourier
+from .opencode import OpenCodeBackend
+from .store import InMemoryTaskStore, SQLiteTaskStore, TaskStore
+from .tools import (
+    DEFAULT_OUTPUT_TIMEOUT_SECONDS,
+    TOOL_NAMES,
+    TOOLS,
+    ToolDefinition,
+    disabled_tools,
+    run_tool,
+)
+from .turns import TurnState, read_turn
+
+__all__ = [
+    "DEFAULT_OUTPUT_TIMEOUT_SECONDS",
+    "TOOLS",
+    "TOOL_NAMES",
+    "BackendError",
+    "BackendUnavailableError",
+    "EventFollower",
+    "ForkResumeConflictError",
+    "InMemoryTaskStore",
+    "InProcessBackend",
+    "InProcessTurn",
+    "Notice",
+    "NoticeCourier",
+    "NoticeKind",
+    "OpenCodeBackend",
+    "OutputResult",
+    "PromptRequest",
+    "ProviderError",
+    "SQLiteTaskStore",
+    "SessionBackend",
+    "SessionExpiredError",
+    "SessionNotFoundError",
+    "Task",
+    "TaskBeingResumedError",
+    "TaskError",
+    "TaskManager",
+    "TaskNotCompletedError",
+    "TaskNotFoundError",
+    "TaskNotRunningError",
+    "TaskProgress",
+    "TaskRequestError",
+    "TaskStatus",
+    "TaskStore",
+    "ToolDefinition",
+    "TurnState",
+    "default_store_path",
+    "disabled_tools",
+    "read_turn",
+    "run_tool",
+]

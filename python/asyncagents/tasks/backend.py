@@ -1,0 +1,81 @@
+"""The one interface the manager needs from a session server (OpenCode's HTTP API shape)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+JSON = dict[str, Any]
+
+
+class PromptRequest(BaseModel):
+    """The body of ``POST /session/{id}/message`` and ``/prompt_async``."""
+
+    text: str
+    agent: str | None = None
+    no_reply: bool = False
+    #: tool name -> enabled; children get the task tools switched off
+    tools: dict[str, bool] = Field(default_factory=dict)
+    #: ``{"providerID": ..., "modelID": ...}``; None lets the server pick its default
+    model: dict[str, str] | None = None
+    system: str | None = None
+
+    def body(self) -> JSON:
+        """The JSON body OpenCode expects."""
+        body: JSON = {"parts": [{"type": "text", "text": self.text}]}
+        if self.agent:
+            body["agent"] = self.agent
+        if self.no_reply:
+            body["noReply"] = True
+        if self.tools:
+            body["tools"] = dict(self.tools)
+        if self.model:
+            body["model"] = dict(self.model)
+        if self.system:
+            body["system"] = self.system
+        return body
+
+
+class SessionBackend(Protocol):
+    """Sessions, messages, prompts and the event stream, as OpenCode serves them.
+
+    Errors: `SessionNotFoundError` for an unknown session, `BackendUnavailableError` when the
+    server cannot be reached, `BackendError` for any other failure.
+    """
+
+    async def create_session(
+        self, *, parent_id: str | None = None, title: str | None = None
+    ) -> JSON:
+        """``POST /session``: a new session (a child when `parent_id` is given)."""
+
+    async def get_session(self, session_id: str) -> JSON:
+        """``GET /session/{id}``."""
+
+    async def delete_session(self, session_id: str) -> None:
+        """``DELETE /session/{id}``."""
+
+    async def messages(self, session_id: str, *, limit: int | None = None) -> list[JSON]:
+        """``GET /session/{id}/message``, oldest first (the newest `limit` when given)."""
+
+    async def messages_raw(self, session_id: str) -> bytes:
+        """The same list as raw JSON bytes, for the fork pipeline (no Python objects)."""
+
+    async def prompt(self, session_id: str, request: PromptRequest) -> JSON:
+        """``POST /session/{id}/message``; with ``no_reply`` it returns the stored user message."""
+
+    async def prompt_async(self, session_id: str, request: PromptRequest) -> None:
+        """``POST /session/{id}/prompt_async``: accepted, the run goes on in the server."""
+
+    async def abort(self, session_id: str) -> bool:
+        """``POST /session/{id}/abort``."""
+
+    async def status(self) -> Mapping[str, JSON]:
+        """``GET /session/status``: busy/retry sessions only (idle ones are absent)."""
+
+    def events(self) -> AsyncIterator[JSON]:
+        """One connection to ``GET /event``; it ends or raises when the stream drops."""
+
+    async def aclose(self) -> None:
+        """Release connections."""

@@ -1,0 +1,108 @@
+"""Typed errors of the task manager: each message tells the calling agent what to do next."""
+
+from __future__ import annotations
+
+
+class TaskError(Exception):
+    """Base of every error the task tools report to an agent; `str(err)` is the agent text."""
+
+
+class TaskRequestError(TaskError, ValueError):
+    """A tool call the manager refuses as asked (bad or conflicting arguments)."""
+
+
+class ForkResumeConflictError(TaskRequestError):
+    """`fork` and `resume` were both given: a resumed task already has its own history."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "fork and resume are mutually exclusive: resume continues the task's own session "
+            "(which already has its history), fork starts a new task with a copy of your "
+            "context. Call asyncagents_task again with only one of them."
+        )
+
+
+class TaskNotFoundError(TaskError, LookupError):
+    """No task with this id (never existed, cleared, or belongs to another session)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(
+            f"No background task with id {task_id!r}. Call asyncagents_list to see the ids of "
+            "your tasks; cleared tasks are gone."
+        )
+        self.task_id = task_id
+
+
+class TaskNotCompletedError(TaskRequestError):
+    """Resume of a task that is not `completed` (running, failed or cancelled)."""
+
+    def __init__(self, task_id: str, status: str) -> None:
+        if status == "running":
+            hint = (
+                "It is still running: wait for its completion notice or call asyncagents_output "
+                f'with task_id "{task_id}" and block=true, then resume it.'
+            )
+        else:
+            hint = (
+                f"It ended as {status}; start a new asyncagents_task (fork=true if it needs "
+                "your context) instead."
+            )
+        super().__init__(f"Only completed tasks can be resumed; task {task_id} is {status}. {hint}")
+        self.task_id = task_id
+        self.status = status
+
+
+class TaskBeingResumedError(TaskRequestError):
+    """Resume of a task whose previous resume has not answered yet."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(
+            f"Task {task_id} is currently being resumed and has not answered yet. Wait for the "
+            f'notice, or call asyncagents_output with task_id "{task_id}" and block=true, then '
+            "resume it again."
+        )
+        self.task_id = task_id
+
+
+class SessionExpiredError(TaskRequestError):
+    """Resume of a task whose child session no longer exists on the server."""
+
+    def __init__(self, task_id: str, session_id: str | None) -> None:
+        super().__init__(
+            f"Cannot resume task {task_id}: its session {session_id} no longer exists. Start a "
+            "new asyncagents_task with the full instructions (fork=true to pass your context)."
+        )
+        self.task_id = task_id
+        self.session_id = session_id
+
+
+class TaskNotRunningError(TaskRequestError):
+    """Cancel of a task that has already ended."""
+
+    def __init__(self, task_id: str, status: str) -> None:
+        super().__init__(
+            f"Task {task_id} is {status}, not running; there is nothing to cancel. Use "
+            "asyncagents_output to read it or asyncagents_clear to remove your tasks."
+        )
+        self.task_id = task_id
+        self.status = status
+
+
+class BackendError(TaskError):
+    """The session server answered with an error."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class BackendUnavailableError(BackendError):
+    """The session server cannot be reached (down, refused, timed out)."""
+
+
+class SessionNotFoundError(BackendError):
+    """The server has no such session (HTTP 404)."""
+
+    def __init__(self, session_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"Session not found: {session_id}", 404)
+        self.session_id = session_id

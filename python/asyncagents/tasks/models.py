@@ -1,0 +1,114 @@
+"""Task records as the store keeps them: plain pydantic models, JSON round-trippable."""
+
+from __future__ import annotations
+
+import os
+import time
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TaskStatus(str, Enum):
+    """Lifecycle: running -> completed | error | cancelled; completed -> resumed -> completed."""
+
+    RUNNING = "running"
+    RESUMED = "resumed"
+    COMPLETED = "completed"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+    @property
+    def active(self) -> bool:
+        """True while a turn of the child runs (launch or resume)."""
+        return self in (TaskStatus.RUNNING, TaskStatus.RESUMED)
+
+
+def now_ms() -> int:
+    """Epoch milliseconds, the unit OpenCode uses for every time."""
+    return time.time_ns() // 1_000_000
+
+
+def new_id(prefix: str) -> str:
+    """A sortable unique id: hex milliseconds then random hex (newer sorts later)."""
+    return f"{prefix}_{now_ms():012x}{os.urandom(6).hex()}"
+
+
+class TaskProgress(BaseModel):
+    """What a running child has done so far, for the output tool."""
+
+    tool_calls: int = 0
+    last_tool: str | None = None
+    last_activity_at: int | None = None
+    steps: int = 0
+
+
+class Task(BaseModel):
+    """One background task: a child session of `parent_session_id` running `prompt`."""
+
+    model_config = ConfigDict(use_enum_values=False)
+
+    id: str
+    parent_session_id: str
+    session_id: str | None = None
+    prompt: str
+    agent: str
+    description: str
+    status: TaskStatus = TaskStatus.RUNNING
+    is_forked: bool = False
+    resume_count: int = 0
+    #: increases with each turn (launch = 1, each resume + 1); guards stale completions
+    turn: int = 1
+    #: last message id before this turn's prompt; the turn is every message after it
+    turn_after_message_id: str | None = None
+    #: set once the turn's prompt was accepted by the server
+    turn_started_at: int | None = None
+    last_prompt: str | None = None
+    created_at: int = Field(default_factory=now_ms)
+    updated_at: int = Field(default_factory=now_ms)
+    completed_at: int | None = None
+    result: str | None = None
+    error: str | None = None
+    result_retrieved_at: int | None = None
+    progress: TaskProgress = Field(default_factory=TaskProgress)
+    fork_stats: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        """The id with the seed's marks: ``(forked)`` and ``(resumed)``."""
+        marks = (" (forked)" if self.is_forked else "") + (
+            " (resumed)" if self.resume_count > 0 else ""
+        )
+        return self.id + marks
+
+
+class NoticeKind(str, Enum):
+    """Why the parent is told something."""
+
+    COMPLETED = "completed"
+    ERROR = "error"
+    RESUME_COMPLETED = "resume_completed"
+
+
+class Notice(BaseModel):
+    """A message for a parent session, kept until it is delivered."""
+
+    id: str = Field(default_factory=lambda: new_id("ntc"))
+    task_id: str
+    parent_session_id: str
+    kind: NoticeKind
+    turn: int
+    text: str
+    created_at: int = Field(default_factory=now_ms)
+    attempts: int = 0
+    last_error: str | None = None
+    next_attempt_at: int = 0
+
+
+class OutputResult(BaseModel):
+    """What `TaskManager.output` returns: the task, and whether a block timed out."""
+
+    task: Task
+    timed_out: bool = False
+    waited_seconds: float = 0.0

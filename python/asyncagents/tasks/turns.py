@@ -1,0 +1,101 @@
+"""Reading a turn's state from a session's messages: the proof a child's run has ended.
+
+OpenCode stores every step as its own assistant message; a turn is over when its last message is
+an assistant message with ``time.completed`` and a final ``finish`` (not ``"tool-calls"``), or
+with an ``error``. Nothing else (absence from ``/session/status``, a lone event) is proof.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from .models import TaskProgress
+
+ABORTED = "MessageAbortedError"
+
+
+class TurnState(BaseModel):
+    """What the messages of one turn say."""
+
+    started: bool = False
+    done: bool = False
+    error: str | None = None
+    error_name: str | None = None
+    text: str = ""
+    progress: TaskProgress = TaskProgress()
+
+    @property
+    def aborted(self) -> bool:
+        """The turn ended by an abort (ours or someone else's)."""
+        return self.error_name == ABORTED
+
+
+def format_error(error: Any) -> tuple[str, str]:
+    """``(name, "Name: message")`` of an OpenCode error object (``{name, data:{message}}``)."""
+    if not isinstance(error, dict):
+        return "Error", str(error)
+    name = str(error.get("name") or "Error")
+    data = error.get("data")
+    message = data.get("message") if isinstance(data, dict) else None
+    return name, f"{name}: {message}" if message else name
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnState:
+    """The state of the turn made of every message after `after_message_id` (all when None)."""
+    turn = [
+        m
+        for m in messages
+        if isinstance(m, dict)
+        and (after_message_id is None or str(_dict(m.get("info")).get("id", "")) > after_message_id)
+    ]
+    state = TurnState()
+    texts: list[str] = []
+    progress = TaskProgress()
+    for message in turn:
+        info = _dict(message.get("info"))
+        times = _dict(info.get("time"))
+        for key in ("created", "completed"):
+            if isinstance(times.get(key), int):
+                progress.last_activity_at = max(progress.last_activity_at or 0, times[key])
+        if info.get("role") == "user":
+            state.started = True
+            continue
+        if info.get("role") != "assistant" or info.get("summary") is True:
+            continue
+        progress.steps += 1
+        for part in message.get("parts") or ():
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "tool":
+                progress.tool_calls += 1
+                progress.last_tool = str(part.get("tool") or "unknown")
+                ptime = _dict(_dict(part.get("state")).get("time"))
+                for key in ("start", "end"):
+                    if isinstance(ptime.get(key), int):
+                        progress.last_activity_at = max(progress.last_activity_at or 0, ptime[key])
+            elif kind == "text" and part.get("text") and not part.get("ignored"):
+                texts.append(str(part["text"]))
+    state.progress = progress
+    state.text = "\n\n".join(t.strip() for t in texts if t.strip())
+    if not turn or not state.started:
+        return state
+    last = _dict(turn[-1].get("info"))
+    if last.get("role") != "assistant":
+        return state
+    if last.get("error"):
+        state.error_name, state.error = format_error(last["error"])
+        state.done = True
+        return state
+    finish = last.get("finish")
+    completed = _dict(last.get("time")).get("completed")
+    if completed and finish and finish != "tool-calls" and last.get("summary") is not True:
+        state.done = True
+    return state

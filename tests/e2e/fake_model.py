@@ -1,0 +1,193 @@
+"""A deterministic OpenAI-compatible chat-completions server for the end-to-end tests.
+
+OpenCode talks to it as a custom provider, so the tests run offline and every reply is known.
+The last user message carries tags that script the reply:
+
+- no tag: a plain reply, ``"Reply to: <prompt>"`` (streamed in a few chunks);
+- ``[fake:tool]``: the first step calls ``bash`` (``echo fake-tool-ran``), the next step replies;
+- ``[fake:slow]``: a reply streamed one chunk every 0.5 s for about a minute (to cancel it);
+- ``[fake:delay=N]``: the plain reply after N seconds;
+- ``[fake:fail400]``: HTTP 400 with an OpenAI-style error body (a provider error);
+- ``[fake:context]``: replies ``context-seen`` when an earlier user message holds
+  ``<inherited_context>``, else ``context-missing`` (proves the fork reached the model).
+
+Title requests get a fixed title. Every request body is kept in `requests` for assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FAIL_MESSAGE = "Invalid request: fake provider rejects this prompt"
+TOOL_OUTPUT_MARK = "fake-tool-ran"
+
+
+def _text(content: Any) -> str:
+    """The text of an OpenAI message content (a string or a list of parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+class FakeModel:
+    """The server and its request log; `start()` binds a free port on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def start(self) -> FakeModel:
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_GET(self) -> None:
+                body = json.dumps({"object": "list", "data": [{"id": "fake-model"}]}).encode()
+                self._send(200, body, "application/json")
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                payload = json.loads(self.rfile.read(length) or b"{}")
+                with model._lock:
+                    model.requests.append(payload)
+                try:
+                    model._answer(self, payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+
+            def _send(self, status: int, body: bytes, ctype: str) -> None:
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def _answer(self, h: BaseHTTPRequestHandler, payload: dict[str, Any]) -> None:
+        messages: list[dict[str, Any]] = payload.get("messages") or []
+        system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+        users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+        last_user = users[-1] if users else ""
+        after_tool = bool(messages) and messages[-1].get("role") == "tool"
+        if "title generator" in system:
+            return self._stream(h, ["Fake title"])
+        if "[fake:fail400]" in last_user:
+            body = json.dumps(
+                {
+                    "error": {
+                        "message": FAIL_MESSAGE,
+                        "type": "invalid_request_error",
+                        "code": "fake_error",
+                    }
+                }
+            ).encode()
+            h.send_response(400)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return None
+        if "[fake:tool]" in last_user and not after_tool:
+            return self._stream_tool_call(h)
+        if "[fake:context]" in last_user:
+            seen = any("<inherited_context>" in u for u in users[:-1])
+            return self._stream(h, ["context-seen" if seen else "context-missing"])
+        delay = re.search(r"\[fake:delay=([0-9.]+)\]", last_user)
+        if delay:
+            time.sleep(float(delay.group(1)))
+        if "[fake:slow]" in last_user:
+            return self._stream(h, ["slow "] * 120, pause=0.5)
+        reply = "Tool step done. " if after_tool else ""
+        reply += "Reply to: " + last_user.strip()
+        return self._stream(h, [reply[i : i + 40] for i in range(0, len(reply), 40)] or [""])
+
+    def _start_sse(self, h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("cache-control", "no-cache")
+        h.send_header("connection", "close")
+        h.end_headers()
+        h.close_connection = True
+
+    def _chunk(self, h: BaseHTTPRequestHandler, delta: dict[str, Any], finish: str | None) -> None:
+        data = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": "fake-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        h.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+        h.wfile.flush()
+
+    def _finish(self, h: BaseHTTPRequestHandler) -> None:
+        usage = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": "fake-model",
+            "choices": [],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+        h.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
+        h.wfile.write(b"data: [DONE]\n\n")
+        h.wfile.flush()
+
+    def _stream(self, h: BaseHTTPRequestHandler, pieces: list[str], pause: float = 0.0) -> None:
+        self._start_sse(h)
+        self._chunk(h, {"role": "assistant", "content": ""}, None)
+        for piece in pieces:
+            self._chunk(h, {"content": piece}, None)
+            if pause:
+                time.sleep(pause)
+        self._chunk(h, {}, "stop")
+        self._finish(h)
+
+    def _stream_tool_call(self, h: BaseHTTPRequestHandler) -> None:
+        self._start_sse(h)
+        self._chunk(h, {"role": "assistant", "content": ""}, None)
+        args = json.dumps({"command": f"echo {TOOL_OUTPUT_MARK}", "description": "Echo a mark"})
+        call = {
+            "index": 0,
+            "id": "call_fake_1",
+            "type": "function",
+            "function": {"name": "bash", "arguments": args},
+        }
+        self._chunk(h, {"tool_calls": [call]}, None)
+        self._chunk(h, {}, "tool_calls")
+        self._finish(h)
+
+
+if __name__ == "__main__":
+    server = FakeModel().start()
+    print(server.base_url, flush=True)
+    threading.Event().wait()
