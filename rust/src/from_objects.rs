@@ -1,15 +1,17 @@
 //! `from_objects`: walk Python lists and dicts directly (no JSON round trip), with the same
 //! checks, paths and details as the reference. Types are probed with `cast`; key names are
-//! interned. Large strings are copied once into an arena that the session's spans point into;
-//! `state.input` is checked and dumped there as Python's compact JSON in the same walk.
+//! interned. Large strings are never copied: the session keeps the Python strings alive and its
+//! spans borrow their UTF-8 form (`PyBackedStr`); `state.input` is checked and dumped as Python's
+//! compact JSON into a small arena in the same walk. The walk creates no Python objects.
 
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::errors::{self as e, InputError, Loc};
 use crate::json_dump::{float_repr, write_string};
-use crate::session::{Message, Part, Source, Span, SpanKind, ToolCall};
+use crate::session::{Message, Part, SmallStr, Source, Span, SpanKind, ToolCall};
 
 /// Why a walk stopped: bad input, or a Python error (e.g. a failing `__iter__`).
 pub enum Failure {
@@ -44,19 +46,31 @@ fn as_str<'a>(s: &'a Bound<'_, PyString>, path: impl FnOnce() -> String) -> Resu
         .map_err(|_| Failure::Input(InputError::new(path(), e::LONE_SURROGATE)))
 }
 
+/// A string field, borrowed for `f` (no copy).
+fn with_small<R>(
+    d: &Bound<'_, PyDict>,
+    key: &Bound<'_, PyString>,
+    loc: Loc,
+    name: &str,
+    f: impl FnOnce(Option<&str>) -> R,
+) -> Result<R> {
+    let Some(value) = get(d, key)? else {
+        return Ok(f(None));
+    };
+    let s = value
+        .cast::<PyString>()
+        .map_err(|_| loc.err(Some(name), e::EXPECTED_STRING))?;
+    Ok(f(Some(as_str(s, || loc.path(Some(name)))?)))
+}
+
+/// A short string field (inline, no allocation when it fits).
 fn small(
     d: &Bound<'_, PyDict>,
     key: &Bound<'_, PyString>,
     loc: Loc,
     name: &str,
-) -> Result<Option<String>> {
-    let Some(value) = get(d, key)? else {
-        return Ok(None);
-    };
-    let s = value
-        .cast::<PyString>()
-        .map_err(|_| loc.err(Some(name), e::EXPECTED_STRING))?;
-    Ok(Some(as_str(s, || loc.path(Some(name)))?.to_owned()))
+) -> Result<Option<SmallStr>> {
+    with_small(d, key, loc, name, |s| s.map(SmallStr::new))
 }
 
 fn object<'py>(
@@ -74,13 +88,58 @@ fn object<'py>(
     }
 }
 
-fn non_empty(s: Option<String>) -> Option<String> {
+fn non_empty(s: Option<SmallStr>) -> Option<SmallStr> {
     s.filter(|s| !s.is_empty())
+}
+
+/// A list or a tuple, iterated in place.
+enum Seq<'py> {
+    List(Bound<'py, PyList>),
+    Tuple(Bound<'py, PyTuple>),
+}
+
+impl<'py> Seq<'py> {
+    fn of(value: &Bound<'py, PyAny>) -> Option<Seq<'py>> {
+        if let Ok(list) = value.cast::<PyList>() {
+            Some(Seq::List(list.clone()))
+        } else if let Ok(tuple) = value.cast::<PyTuple>() {
+            Some(Seq::Tuple(tuple.clone()))
+        } else {
+            None
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Seq::List(list) => list.len(),
+            Seq::Tuple(tuple) => tuple.len(),
+        }
+    }
+
+    /// Call `f` on each item with its index, stopping at the first error.
+    fn try_each<E>(
+        &self,
+        mut f: impl FnMut(usize, &Bound<'py, PyAny>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        match self {
+            Seq::List(list) => list
+                .iter()
+                .enumerate()
+                .try_for_each(|(j, item)| f(j, &item)),
+            Seq::Tuple(tuple) => tuple
+                .iter()
+                .enumerate()
+                .try_for_each(|(j, item)| f(j, &item)),
+        }
+    }
 }
 
 struct Walker<'py> {
     py: Python<'py>,
+    /// buffer 0 of the session: parameter JSON dumped in the walk
     arena: String,
+    /// buffers 1.. of the session: the large strings of the objects, kept alive
+    strings: Vec<PyBackedStr>,
 }
 
 impl<'py> Walker<'py> {
@@ -95,16 +154,32 @@ impl<'py> Walker<'py> {
             return Ok(None);
         };
         let s = value
-            .cast::<PyString>()
+            .cast_into::<PyString>()
             .map_err(|_| loc.err(Some(name), e::EXPECTED_STRING))?;
-        let text = as_str(s, || loc.path(Some(name)))?;
-        let start = self.arena.len();
-        self.arena.push_str(text);
-        Ok(Some(Span {
-            start,
-            end: self.arena.len(),
-            kind: SpanKind::Plain,
-        }))
+        let backed = PyBackedStr::try_from(s).map_err(|_| {
+            Failure::Input(InputError::new(loc.path(Some(name)), e::LONE_SURROGATE))
+        })?;
+        let len = backed.len();
+        if len == 0 {
+            return Ok(Some(Span::EMPTY));
+        }
+        match u32::try_from(self.strings.len() + 1) {
+            Ok(buf) => {
+                self.strings.push(backed);
+                Ok(Some(Span {
+                    start: 0,
+                    end: len,
+                    kind: SpanKind::Plain,
+                    buf,
+                }))
+            }
+            // More strings than buffer numbers: copy this one into the arena.
+            Err(_) => {
+                let start = self.arena.len();
+                self.arena.push_str(&backed);
+                Ok(Some(Span::new(start, self.arena.len(), SpanKind::Plain)))
+            }
+        }
     }
 
     fn message(&mut self, raw: &Bound<'py, PyAny>, i: usize) -> Result<Message> {
@@ -145,11 +220,7 @@ impl<'py> Walker<'py> {
         let Some(parts) = get(msg, intern!(py, "parts"))? else {
             return Err(Loc::Message(i).err(Some("parts"), e::MISSING).into());
         };
-        let parts: Vec<Bound<'py, PyAny>> = if let Ok(list) = parts.cast::<PyList>() {
-            list.iter().collect()
-        } else if let Ok(tuple) = parts.cast::<PyTuple>() {
-            tuple.iter().collect()
-        } else {
+        let Some(parts) = Seq::of(&parts) else {
             return Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into());
         };
         let summary = match info.get_item(intern!(py, "summary"))? {
@@ -165,8 +236,21 @@ impl<'py> Walker<'py> {
             error_line,
             parts: Vec::with_capacity(parts.len()),
         };
-        let mut last_tool_name: Option<String> = None;
-        for (j, part) in parts.iter().enumerate() {
+        let mut last_tool_name: Option<SmallStr> = None;
+        parts.try_each(|j, part| self.part(&mut message, &mut last_tool_name, part, i, j))?;
+        Ok(message)
+    }
+
+    fn part(
+        &mut self,
+        message: &mut Message,
+        last_tool_name: &mut Option<SmallStr>,
+        part: &Bound<'py, PyAny>,
+        i: usize,
+        j: usize,
+    ) -> Result<()> {
+        let py = self.py;
+        {
             let loc = Loc::Part(i, j);
             let part = part
                 .cast::<PyDict>()
@@ -196,7 +280,7 @@ impl<'py> Walker<'py> {
                 }
                 "tool" => {
                     let call = self.tool(part, i, j)?;
-                    last_tool_name = Some(call.name.clone());
+                    *last_tool_name = Some(call.name.clone());
                     message.parts.push(Part::Tool(call));
                 }
                 "tool_result" => {
@@ -207,12 +291,18 @@ impl<'py> Walker<'py> {
                         let name = tool
                             .or(alt)
                             .or_else(|| last_tool_name.clone())
-                            .unwrap_or_default();
+                            .unwrap_or_else(|| SmallStr::new(""));
                         message.parts.push(Part::ToolResult { name, text });
                     }
                 }
                 "compaction" => {
-                    let tail = small(part, intern!(py, "tail_start_id"), loc, "tail_start_id")?;
+                    let tail = with_small(
+                        part,
+                        intern!(py, "tail_start_id"),
+                        loc,
+                        "tail_start_id",
+                        |s| s.map(str::to_owned),
+                    )?;
                     if message.role.as_deref() == Some("user") {
                         message.markers.push(tail);
                     }
@@ -220,7 +310,7 @@ impl<'py> Walker<'py> {
                 _ => {}
             }
         }
-        Ok(message)
+        Ok(())
     }
 
     fn tool(&mut self, part: &Bound<'py, PyDict>, i: usize, j: usize) -> Result<ToolCall> {
@@ -228,7 +318,7 @@ impl<'py> Walker<'py> {
         let loc = Loc::Part(i, j);
         let tool = non_empty(small(part, intern!(py, "tool"), loc, "tool")?);
         let alt = non_empty(small(part, intern!(py, "name"), loc, "name")?);
-        let name = tool.or(alt).unwrap_or_else(|| "unknown".to_owned());
+        let name = tool.or(alt).unwrap_or_else(|| SmallStr::new("unknown"));
         let Some(state) = object(part, intern!(py, "state"), loc, "state")? else {
             return Ok(ToolCall {
                 name,
@@ -249,11 +339,7 @@ impl<'py> Walker<'py> {
                 let dumped = dump_value(&value, 0, &mut out, sloc);
                 self.arena = out;
                 dumped?;
-                Some(Span {
-                    start,
-                    end: self.arena.len(),
-                    kind: SpanKind::DumpedJson,
-                })
+                Some(Span::new(start, self.arena.len(), SpanKind::DumpedJson))
             }
         };
         let mut result = None;
@@ -321,24 +407,17 @@ fn dump_value(value: &Bound<'_, PyAny>, level: usize, out: &mut String, loc: Loc
         out.push('}');
         return Ok(());
     }
-    let items = if let Ok(list) = value.cast::<PyList>() {
-        Some(list.iter().collect::<Vec<_>>())
-    } else if let Ok(tuple) = value.cast::<PyTuple>() {
-        Some(tuple.iter().collect::<Vec<_>>())
-    } else {
-        None
-    };
-    if let Some(items) = items {
+    if let Some(items) = Seq::of(value) {
         if level + 1 > e::MAX_INPUT_DEPTH {
             return Err(fail(e::INPUT_TOO_DEEP));
         }
         out.push('[');
-        for (n, item) in items.iter().enumerate() {
+        items.try_each(|n, item| {
             if n > 0 {
                 out.push(',');
             }
-            dump_value(item, level + 1, out, loc)?;
-        }
+            dump_value(item, level + 1, out, loc)
+        })?;
         out.push(']');
         return Ok(());
     }
@@ -375,20 +454,22 @@ fn dump_value(value: &Bound<'_, PyAny>, level: usize, out: &mut String, loc: Loc
 /// Walk a list (or tuple) of message dicts into a session.
 pub fn walk(messages: &Bound<'_, PyAny>) -> Result<(Source, Vec<Message>)> {
     let py = messages.py();
-    let items: Vec<Bound<'_, PyAny>> = if let Ok(list) = messages.cast::<PyList>() {
-        list.iter().collect()
-    } else if let Ok(tuple) = messages.cast::<PyTuple>() {
-        tuple.iter().collect()
-    } else {
+    let Some(items) = Seq::of(messages) else {
         return Err(InputError::new("messages", e::TOP_LEVEL).into());
     };
     let mut walker = Walker {
         py,
         arena: String::new(),
+        strings: Vec::with_capacity(items.len()),
     };
     let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
+    items.try_each(|i, item| {
         out.push(walker.message(item, i)?);
-    }
-    Ok((Source::Owned(walker.arena), out))
+        Ok::<(), Failure>(())
+    })?;
+    let source = Source::Objects {
+        owned: walker.arena,
+        strings: walker.strings,
+    };
+    Ok((source, out))
 }

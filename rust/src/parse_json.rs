@@ -15,7 +15,7 @@ use serde::de::{
 use serde_json::value::RawValue;
 
 use crate::errors::{self as e, InputError, Loc};
-use crate::session::{Message, Part, Span, SpanKind, ToolCall};
+use crate::session::{Message, Part, SmallStr, Span, SpanKind, ToolCall};
 
 type Raw<'de> = Option<&'de RawValue>;
 
@@ -687,15 +687,12 @@ fn span_string(raw: Raw<'_>, base: &str, loc: Loc, key: &str) -> Result<Option<S
         Leaf::Absent => Ok(None),
         Leaf::Str(inner, escaped) => {
             let start = offset(base, inner);
-            Ok(Some(Span {
-                start,
-                end: start + inner.len(),
-                kind: if escaped {
-                    SpanKind::Escaped
-                } else {
-                    SpanKind::Plain
-                },
-            }))
+            let kind = if escaped {
+                SpanKind::Escaped
+            } else {
+                SpanKind::Plain
+            };
+            Ok(Some(Span::new(start, start + inner.len(), kind)))
         }
         _ => Err(loc.err(Some(key), e::EXPECTED_STRING)),
     }
@@ -722,9 +719,9 @@ fn read_message(raw: Obj<LMessage<'_>>, i: usize, base: &str) -> Result<Message,
         Obj::Wrong => return Err(Loc::Message(i).err(Some("info"), e::EXPECTED_OBJECT)),
         Obj::Val(info) => info,
     };
-    let role = small_string(info.role, Loc::Info(i), "role")?;
-    let id = small_string(info.id, Loc::Info(i), "id")?;
-    let parent_id = small_string(info.parent_id, Loc::Info(i), "parentID")?;
+    let role = small_string(info.role, Loc::Info(i), "role")?.map(SmallStr::from);
+    let id = small_string(info.id, Loc::Info(i), "id")?.map(SmallStr::from);
+    let parent_id = small_string(info.parent_id, Loc::Info(i), "parentID")?.map(SmallStr::from);
     let error_line = if role.as_deref() == Some("assistant") {
         match object(info.error, Loc::Info(i), "error")? {
             None => None,
@@ -758,7 +755,7 @@ fn read_message(raw: Obj<LMessage<'_>>, i: usize, base: &str) -> Result<Message,
         error_line,
         parts: Vec::with_capacity(parts.len()),
     };
-    let mut last_tool_name: Option<String> = None;
+    let mut last_tool_name: Option<SmallStr> = None;
     for (j, part) in parts.into_iter().enumerate() {
         let loc = Loc::Part(i, j);
         let Obj::Val(part) = part else {
@@ -794,10 +791,10 @@ fn read_message(raw: Obj<LMessage<'_>>, i: usize, base: &str) -> Result<Message,
                 let tool = non_empty(small_string(part.tool, loc, "tool")?);
                 let alt = non_empty(small_string(part.name, loc, "name")?);
                 if let Some(text) = text.filter(|t| !t.is_empty()) {
-                    let name = tool
-                        .or(alt)
-                        .or_else(|| last_tool_name.clone())
-                        .unwrap_or_default();
+                    let name = match tool.or(alt) {
+                        Some(name) => SmallStr::from(name),
+                        None => last_tool_name.clone().unwrap_or_else(|| SmallStr::new("")),
+                    };
                     message.parts.push(Part::ToolResult { name, text });
                 }
             }
@@ -817,7 +814,9 @@ fn read_tool(part: LPart<'_>, i: usize, j: usize, base: &str) -> Result<ToolCall
     let loc = Loc::Part(i, j);
     let tool = non_empty(small_string(part.tool, loc, "tool")?);
     let alt = non_empty(small_string(part.name, loc, "name")?);
-    let name = tool.or(alt).unwrap_or_else(|| "unknown".to_owned());
+    let name = tool
+        .or(alt)
+        .map_or_else(|| SmallStr::new("unknown"), SmallStr::from);
     let Some(state) = object(part.state, loc, "state")? else {
         return Ok(ToolCall {
             name,
@@ -838,11 +837,7 @@ fn read_tool(part: LPart<'_>, i: usize, j: usize, base: &str) -> Result<ToolCall
                 return Err(sloc.err(Some("input"), e::INPUT_TOO_DEEP));
             }
             let start = offset(base, text);
-            Some(Span {
-                start,
-                end: start + text.len(),
-                kind: SpanKind::RawJson,
-            })
+            Some(Span::new(start, start + text.len(), SpanKind::RawJson))
         }
     };
     let mut result = None;

@@ -209,19 +209,18 @@ mod tests {
         for (n, text) in texts.iter().enumerate() {
             let start = arena.len();
             arena.push_str(text);
-            let span = Span {
-                start,
-                end: arena.len(),
-                kind: SpanKind::Plain,
-            };
+            let span = Span::new(start, arena.len(), SpanKind::Plain);
             messages.push(Message {
-                role: Some(if n % 2 == 0 { "user" } else { "assistant" }.to_owned()),
+                role: Some(if n % 2 == 0 { "user" } else { "assistant" }.into()),
                 parts: vec![Part::Text(span)],
                 ..Message::default()
             });
         }
         Session {
-            source: Source::Owned(arena),
+            source: Source::Objects {
+                owned: arena,
+                strings: Vec::new(),
+            },
             messages,
         }
     }

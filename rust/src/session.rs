@@ -1,6 +1,7 @@
 //! The internal session: messages reduced to what the pipeline reads. Large strings (texts,
-//! tool outputs, parameters) are spans into one source buffer: the caller's JSON bytes/str,
-//! kept alive and never copied, or an arena filled while walking Python objects.
+//! tool outputs, parameters) are spans into source buffers: the caller's JSON bytes/str, kept
+//! alive and never copied, or the caller's Python strings themselves (kept alive, borrowed
+//! through their UTF-8 form) plus a small arena of parameter JSON dumped while walking objects.
 
 use std::borrow::Cow;
 
@@ -12,18 +13,28 @@ pub enum Source {
     Bytes(PyBackedBytes),
     /// A JSON `str`.
     Str(PyBackedStr),
-    /// Strings copied out of Python objects (and parameter JSON dumped there).
-    Owned(String),
+    /// Walked Python objects: buffer 0 is `owned` (parameter JSON dumped there), buffer
+    /// `k >= 1` is `strings[k - 1]`, a string of the objects, never copied.
+    Objects {
+        owned: String,
+        strings: Vec<PyBackedStr>,
+    },
 }
 
 impl Source {
-    pub fn text(&self) -> &str {
+    /// The text of buffer `buf` (see [`Span::buf`]); empty when there is no such buffer.
+    pub fn text(&self, buf: u32) -> &str {
         match self {
             // SAFETY: `parse_json` validated these bytes as UTF-8 before building the session,
             // and a Python `bytes` object never changes.
-            Source::Bytes(bytes) => unsafe { std::str::from_utf8_unchecked(bytes) },
-            Source::Str(s) => s,
-            Source::Owned(s) => s,
+            Source::Bytes(bytes) if buf == 0 => unsafe { std::str::from_utf8_unchecked(bytes) },
+            Source::Str(s) if buf == 0 => s,
+            Source::Objects { owned, .. } if buf == 0 => owned,
+            Source::Objects { strings, .. } => (buf as usize)
+                .checked_sub(1)
+                .and_then(|k| strings.get(k))
+                .map_or("", |s| s),
+            _ => "",
         }
     }
 }
@@ -41,12 +52,15 @@ pub enum SpanKind {
     DumpedJson,
 }
 
-/// A byte range of the source.
+/// A byte range of one buffer of the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
     pub start: usize,
     pub end: usize,
     pub kind: SpanKind,
+    /// Which buffer: 0 for the JSON document (or the arena of walked objects), `k >= 1` for
+    /// the `k`-th Python string kept by a walk.
+    pub buf: u32,
 }
 
 impl Span {
@@ -54,18 +68,101 @@ impl Span {
         start: 0,
         end: 0,
         kind: SpanKind::Plain,
+        buf: 0,
     };
+
+    /// A span of buffer 0.
+    pub const fn new(start: usize, end: usize, kind: SpanKind) -> Span {
+        Span {
+            start,
+            end,
+            kind,
+            buf: 0,
+        }
+    }
 
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
 }
 
+/// Bytes a [`SmallStr`] holds without a heap allocation (fits OpenCode ids and tool names).
+const INLINE: usize = 38;
+
+/// A short string (role, id, tool name): inline when it fits, so reading a session does not
+/// allocate per message.
+#[derive(Clone)]
+pub enum SmallStr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<str>),
+}
+
+impl SmallStr {
+    pub fn new(s: &str) -> SmallStr {
+        match u8::try_from(s.len()) {
+            Ok(len) if s.len() <= INLINE => {
+                let mut bytes = [0u8; INLINE];
+                bytes[..s.len()].copy_from_slice(s.as_bytes());
+                SmallStr::Inline { len, bytes }
+            }
+            _ => SmallStr::Heap(s.into()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            // Always whole UTF-8: the bytes of one `&str`, copied in `new`.
+            SmallStr::Inline { len, bytes } => bytes
+                .get(..usize::from(*len))
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or(""),
+            SmallStr::Heap(s) => s,
+        }
+    }
+}
+
+impl std::ops::Deref for SmallStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<&str> for SmallStr {
+    fn from(s: &str) -> Self {
+        SmallStr::new(s)
+    }
+}
+
+impl From<String> for SmallStr {
+    fn from(s: String) -> Self {
+        if s.len() <= INLINE {
+            SmallStr::new(&s)
+        } else {
+            SmallStr::Heap(s.into_boxed_str())
+        }
+    }
+}
+
+impl std::fmt::Debug for SmallStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+impl PartialEq for SmallStr {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for SmallStr {}
+
 /// A `tool` part.
 #[derive(Debug, Clone)]
 pub struct ToolCall {
     /// display name: `tool`, else `name`, else `unknown`
-    pub name: String,
+    pub name: SmallStr,
     pub has_state: bool,
     /// `state.input` (RawJson or DumpedJson), when present
     pub input: Option<Span>,
@@ -83,7 +180,7 @@ pub enum Part {
     Tool(ToolCall),
     /// a legacy `tool_result` part with non-empty text
     ToolResult {
-        name: String,
+        name: SmallStr,
         text: Span,
     },
 }
@@ -91,9 +188,9 @@ pub enum Part {
 /// One message reduced to what the pipeline reads.
 #[derive(Debug, Clone, Default)]
 pub struct Message {
-    pub role: Option<String>,
-    pub id: Option<String>,
-    pub parent_id: Option<String>,
+    pub role: Option<SmallStr>,
+    pub id: Option<SmallStr>,
+    pub parent_id: Option<SmallStr>,
     pub summary: bool,
     /// `tail_start_id` of each `compaction` part of a user message
     pub markers: Vec<Option<String>>,
@@ -111,7 +208,10 @@ pub struct Session {
 impl Session {
     /// The raw bytes of a span (for Escaped: still escaped).
     pub fn raw(&self, span: Span) -> &str {
-        self.source.text().get(span.start..span.end).unwrap_or("")
+        self.source
+            .text(span.buf)
+            .get(span.start..span.end)
+            .unwrap_or("")
     }
 
     /// The text of a Plain/Escaped span.
@@ -222,5 +322,24 @@ mod tests {
         assert_eq!(unescape(raw), "a\n\"b\\/é😀\t");
         assert_eq!(unescaped_chars(raw), unescape(raw).chars().count());
         assert_eq!(unescaped_chars("漢字é"), 3);
+    }
+
+    #[test]
+    fn small_strings_keep_their_text() {
+        for text in [
+            "",
+            "user",
+            "msg_01JABCDEFGHJKMNPQRSTVWXYZ",
+            &"é".repeat(19),
+            &"x".repeat(39),
+        ] {
+            assert_eq!(SmallStr::new(text).as_str(), text);
+            assert_eq!(SmallStr::from(text.to_owned()).as_str(), text);
+        }
+        assert!(matches!(
+            SmallStr::new(&"x".repeat(38)),
+            SmallStr::Inline { .. }
+        ));
+        assert!(matches!(SmallStr::new(&"x".repeat(39)), SmallStr::Heap(_)));
     }
 }
