@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from enum import Enum
@@ -30,9 +31,12 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_SEQ = itertools.count()
+
+
 def new_id(prefix: str) -> str:
-    """A sortable unique id: hex milliseconds then random hex (newer sorts later)."""
-    return f"{prefix}_{now_ms():012x}{os.urandom(6).hex()}"
+    """A sortable unique id: hex ms, a process counter, random hex (newer sorts later)."""
+    return f"{prefix}_{now_ms():012x}{next(_SEQ) % 0xFFFFFF:06x}{os.urandom(4).hex()}"
 
 
 class TaskProgress(BaseModel):

@@ -120,12 +120,19 @@ class NoticeCourier:
             return False
         self._in_flight.add(notice.id)
         try:
+            current = self._store.get_notice(notice.id)
+            if current is None:
+                return True  # delivered by a concurrent pass, or cleared with its parent
+            notice = current
             if notice.attempts > 0 and await self._already_there(notice):
                 self._store.delete_notice(notice.id)
                 return True
             await self._backend.prompt(
                 notice.parent_session_id, PromptRequest(text=notice.text, no_reply=True)
             )
+            self._store.delete_notice(notice.id)
+            self.delivered += 1
+            return True
         except SessionNotFoundError:
             log.info("parent %s is gone; dropping notice %s", notice.parent_session_id, notice.id)
             self._store.delete_notice(notice.id)
@@ -136,9 +143,6 @@ class NoticeCourier:
             return False
         finally:
             self._in_flight.discard(notice.id)
-        self._store.delete_notice(notice.id)
-        self.delivered += 1
-        return True
 
     async def _already_there(self, notice: Notice) -> bool:
         """After an uncertain failure: is the notice in the parent's recent messages already?"""
@@ -155,5 +159,5 @@ class NoticeCourier:
         delay = min(self._retry_max, self._retry_initial * 2 ** (notice.attempts - 1))
         notice.next_attempt_at = now_ms() + int(delay * 1000)
         log.info("notice %s not delivered (attempt %d): %s", notice.id, notice.attempts, exc)
-        if any(n.id == notice.id for n in self._store.notices()):
+        if self._store.get_notice(notice.id) is not None:
             self._store.save_notice(notice)

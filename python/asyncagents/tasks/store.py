@@ -50,6 +50,9 @@ class TaskStore(Protocol):
     def notices(self) -> list[Notice]:
         """Pending notices, oldest first."""
 
+    def get_notice(self, notice_id: str) -> Notice | None:
+        """One pending notice, or None once delivered or dropped."""
+
     def delete_notice(self, notice_id: str) -> None:
         """Forget a delivered (or undeliverable) notice."""
 
@@ -127,6 +130,11 @@ class InMemoryTaskStore:
             out = [n.model_copy(deep=True) for n in self._notices.values()]
         out.sort(key=lambda n: (n.created_at, n.id))
         return out
+
+    def get_notice(self, notice_id: str) -> Notice | None:
+        with self._lock:
+            notice = self._notices.get(notice_id)
+            return None if notice is None else notice.model_copy(deep=True)
 
     def delete_notice(self, notice_id: str) -> None:
         with self._lock:
@@ -282,6 +290,11 @@ class SQLiteTaskStore:
         with self._lock:
             rows = self._db.execute("SELECT data FROM notices ORDER BY created_at, id").fetchall()
         return [Notice.model_validate_json(r[0]) for r in rows]
+
+    def get_notice(self, notice_id: str) -> Notice | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM notices WHERE id = ?", (notice_id,)).fetchone()
+        return None if row is None else Notice.model_validate_json(row[0])
 
     def delete_notice(self, notice_id: str) -> None:
         with self._write() as db:
