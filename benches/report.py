@@ -10,6 +10,7 @@ miss the Rust allocations; ``ru_maxrss`` alone would carry over the parent's pea
     python benches/report.py                       # run everything (a few minutes)
     python benches/report.py --json bench.json     # report on an earlier --benchmark-json run
     python benches/report.py --smoke --no-memory   # 200 messages only
+    python benches/report.py --tasks               # the task manager benchmarks
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ print(before, after, len(data), ctx.stats.total_chars)
 """
 
 
-def run_benchmarks(out: Path, smoke: bool) -> None:
+def run_benchmarks(out: Path, smoke: bool, module: str = "test_bench_fork.py") -> None:
     env = dict(os.environ)
     if smoke:
         env["ASYNCAGENTS_BENCH_SMOKE"] = "1"
@@ -59,7 +60,7 @@ def run_benchmarks(out: Path, smoke: bool) -> None:
         sys.executable,
         "-m",
         "pytest",
-        str(HERE / "test_bench_fork.py"),
+        str(HERE / module),
         "-q",
         "-p",
         "no:cacheprovider",
@@ -152,6 +153,41 @@ def memory_table(sizes: list[int]) -> str:
     return "\n".join(lines)
 
 
+def tasks_tables(path: Path) -> str:
+    """Launch latencies and completions per second from a `test_bench_tasks.py` JSON run."""
+    data = json.loads(path.read_text())
+    launch = [
+        "| launch | measured until | median | vs. plain launch |",
+        "|---|---|---:|---:|",
+    ]
+    plain: dict[str, float] = {}
+    rows = []
+    completions = ""
+    for bench in data["benchmarks"]:
+        info, median = bench["extra_info"], bench["stats"]["median"]
+        if "concurrent" in info:
+            n = info["concurrent"]
+            completions = (
+                f"{n} concurrent tasks (4 parents), from the first `task()` until every task is "
+                f"completed and its notice delivered: median {fmt_time(median)}, "
+                f"**{n / median:,.0f} completions/s**."
+            )
+            continue
+        until = "`task()` returned" if info["until"] == "returned" else "child prompted"
+        if info["fork"]:
+            engine = "Rust" if info["engine"] == "rust" else "reference"
+            what = f"fork, {info['parent_messages']:,}-message parent, {engine} engine"
+        else:
+            what = "plain"
+            plain[until] = median
+        rows.append((until, what, median))
+    for until, what, median in rows:
+        base = plain.get(until)
+        ratio = f"{median / base:.1f}x" if base else ""
+        launch.append(f"| {what} | {until} | {fmt_time(median)} | {ratio} |")
+    return "\n".join(launch) + "\n\n" + completions
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Markdown report of the fork benchmarks")
     parser.add_argument(
@@ -159,7 +195,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="200 messages only")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    parser.add_argument(
+        "--tasks", action="store_true", help="the task manager benchmarks instead of the fork ones"
+    )
     args = parser.parse_args(argv)
+
+    if args.tasks:
+        path = args.json or Path(tempfile.mkdtemp()) / "bench.json"
+        if not args.json:
+            run_benchmarks(path, args.smoke, "test_bench_tasks.py")
+        print("## Task manager benchmarks\n")
+        print(tasks_tables(path))
+        return
 
     if args.json:
         path = args.json

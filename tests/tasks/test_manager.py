@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from asyncagents import build_fork_context
 from asyncagents.tasks import (
     TOOL_NAMES,
     ForkResumeConflictError,
@@ -331,6 +332,23 @@ async def test_fork_injects_context_before_the_prompt(
     injected_body = next(b for s, b in backend.prompts if s == task.session_id)
     assert injected_body["noReply"] is True
     assert injected_body["tools"] == dict.fromkeys(TOOL_NAMES, False)
+
+
+async def test_fork_of_a_real_session_injects_exactly_the_pipeline_text(
+    manager: TaskManager, backend: InProcessBackend, parent: str
+) -> None:
+    fixture = Path(__file__).parent.parent / "fixtures" / "messages_main_after_compaction.json"
+    backend.seed_messages(parent, json.loads(fixture.read_bytes()))
+    expected = build_fork_context(await backend.messages_raw(parent))
+    assert expected.stats.compaction_detected
+    task = await manager.task(parent, "go on", "explore", "real fork", fork=True)
+    out = await manager.output(task.id, block=True, timeout=10)
+    assert out.task.status is TaskStatus.COMPLETED, out.task.error
+    assert out.task.fork_stats == expected.stats.model_dump(mode="json")
+    assert task.session_id
+    child = await backend.messages(task.session_id)
+    assert child[0]["parts"][0]["text"] == expected.text
+    assert child[1]["parts"][0]["text"] == "go on"
 
 
 async def test_fork_failure_is_an_error_not_a_silent_fork(

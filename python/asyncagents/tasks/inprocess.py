@@ -125,6 +125,11 @@ class InProcessBackend:
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(None)
 
+    def seed_messages(self, session_id: str, messages: list[JSON]) -> None:
+        """Append messages as they are (OpenCode's ``{info, parts}``): an imported history."""
+        self._session(session_id)
+        self._messages[session_id].extend(json.loads(json.dumps(messages)))
+
     def add_message(self, session_id: str, role: str, text: str) -> JSON:
         """Append a finished message (to build parent histories for forks and benches)."""
         self._session(session_id)
@@ -212,6 +217,7 @@ class InProcessBackend:
         self.publish("session.deleted", {"sessionID": session_id, "info": session})
 
     async def messages(self, session_id: str, *, limit: int | None = None) -> list[JSON]:
+        await asyncio.sleep(0)  # a read yields to the loop, as a request to a server would
         self._session(session_id)
         items = self._messages[session_id]
         if limit is not None:
@@ -220,6 +226,7 @@ class InProcessBackend:
         return out
 
     async def messages_raw(self, session_id: str) -> bytes:
+        await asyncio.sleep(0)
         self._session(session_id)
         return json.dumps(self._messages[session_id]).encode()
 
