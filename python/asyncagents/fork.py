@@ -126,7 +126,16 @@ def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
         data = bytes(messages) if isinstance(messages, bytearray | memoryview) else messages
         session = _core.parse_json(data)  # type: ignore[arg-type]
     else:
-        session = _core.from_objects(list(_objects(messages)))
+        from .reference.session import message_list
+
+        items = message_list(messages)
+        try:
+            # the common case, plain dicts: no Python-side pass over the list at all
+            session = _core.from_objects(items if isinstance(items, list) else list(items))
+        except ForkInputError:
+            if not any(isinstance(item, Message) for item in items):
+                raise
+            session = _core.from_objects(list(_objects(items)))
     count, markers, summaries = session.compaction_view()
     sliced = slice_at_compaction(CompactionView(count, markers, summaries, session.index_of))
     out = session.render(sliced.kept, config)
