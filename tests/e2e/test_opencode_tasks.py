@@ -1,0 +1,51 @@
+"""The task manager against a real ``opencode serve``: launch, completion, output, notices."""
+
+from __future__ import annotations
+
+import asyncio
+
+from asyncagents.tasks import OpenCodeBackend, TaskManager, TaskStatus
+from e2e_support import AGENT, notices_in, until
+
+
+async def test_launch_returns_at_once_then_completes(
+    manager: TaskManager, backend: OpenCodeBackend, parent: str
+) -> None:
+    prompt = "[fake:delay=2] summarise the plan"
+    loop = asyncio.get_running_loop()
+    begin = loop.time()
+    task = await manager.task(parent, prompt, AGENT, "delayed reply")
+    assert loop.time() - begin < 1.5
+    assert task.status is TaskStatus.RUNNING
+    assert task.parent_session_id == parent and task.session_id is not None
+    session = await backend.get_session(task.session_id)
+    assert session["parentID"] == parent
+    # the model answers after 2 s: the task is still running now
+    assert (await manager.output(task.id)).task.status is TaskStatus.RUNNING
+
+    out = await manager.output(task.id, block=True, timeout=60)
+    assert not out.timed_out
+    assert out.task.status is TaskStatus.COMPLETED, out.task.error
+    assert out.task.result == f"Reply to: {prompt}"
+    assert out.task.result_retrieved_at is not None
+    assert out.task.error is None
+    await until(lambda: _has_notices(backend, parent, 1), what="completion notice")
+    (notice,) = await notices_in(backend, parent)
+    assert f"Background task {task.id} completed: delayed reply" in notice
+    assert f"Result:\nReply to: {prompt}\n" in notice
+
+
+async def test_tool_step_task_completes_with_final_text(
+    manager: TaskManager, backend: OpenCodeBackend, parent: str
+) -> None:
+    task = await manager.task(parent, "[fake:tool] run it", AGENT, "tool step")
+    out = await manager.output(task.id, block=True, timeout=60)
+    assert out.task.status is TaskStatus.COMPLETED, out.task.error
+    assert out.task.result == "Tool step done. Reply to: [fake:tool] run it"
+    assert out.task.progress.tool_calls == 1
+    assert out.task.progress.last_tool == "bash"
+    assert out.task.progress.steps == 2
+
+
+async def _has_notices(backend: OpenCodeBackend, session_id: str, n: int) -> bool:
+    return len(await notices_in(backend, session_id)) >= n
