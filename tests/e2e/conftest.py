@@ -36,10 +36,15 @@ async def backend(opencode: OpenCodeServer) -> AsyncIterator[OpenCodeBackend]:
         yield client
 
 
+#: long enough that no test passes on the periodic reconciliation alone: completions must come
+#: from OpenCode's events (and the one check after each prompt is accepted)
+POLL_INTERVAL = 30.0
+
+
 @pytest.fixture
 async def manager(backend: OpenCodeBackend) -> AsyncIterator[TaskManager]:
     async with TaskManager(
-        backend, InMemoryTaskStore(), poll_interval=1.0, notice_retry_initial=0.2
+        backend, InMemoryTaskStore(), poll_interval=POLL_INTERVAL, notice_retry_initial=0.2
     ) as mgr:
         await asyncio.wait_for(mgr.events.connected.wait(), 30)
         yield mgr

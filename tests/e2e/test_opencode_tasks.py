@@ -6,6 +6,7 @@ import asyncio
 
 from asyncagents.tasks import OpenCodeBackend, TaskManager, TaskStatus
 from e2e_support import AGENT, notices_in, until
+from fake_model import FAIL_MESSAGE
 
 
 async def test_launch_returns_at_once_then_completes(
@@ -49,3 +50,17 @@ async def test_tool_step_task_completes_with_final_text(
 
 async def _has_notices(backend: OpenCodeBackend, session_id: str, n: int) -> bool:
     return len(await notices_in(backend, session_id)) >= n
+
+
+async def test_provider_error_ends_in_error_and_tells_the_parent(
+    manager: TaskManager, backend: OpenCodeBackend, parent: str
+) -> None:
+    task = await manager.task(parent, "[fake:fail400] do it", AGENT, "will fail")
+    out = await manager.output(task.id, block=True, timeout=60)
+    assert out.task.status is TaskStatus.ERROR
+    assert out.task.error is not None and FAIL_MESSAGE in out.task.error
+    assert out.task.error.startswith("APIError: ")
+    await until(lambda: _has_notices(backend, parent, 1), what="error notice")
+    (notice,) = await notices_in(backend, parent)
+    assert f"Background task {task.id} failed: will fail" in notice
+    assert FAIL_MESSAGE in notice
