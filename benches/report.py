@@ -156,36 +156,43 @@ def memory_table(sizes: list[int]) -> str:
 def tasks_tables(path: Path) -> str:
     """Launch latencies and completions per second from a `test_bench_tasks.py` JSON run."""
     data = json.loads(path.read_text())
-    launch = [
-        "| launch | measured until | median | vs. plain launch |",
-        "|---|---|---:|---:|",
-    ]
-    plain: dict[str, float] = {}
-    rows = []
-    completions = ""
-    for bench in data["benchmarks"]:
-        info, median = bench["extra_info"], bench["stats"]["median"]
-        if "concurrent" in info:
-            n = info["concurrent"]
-            completions = (
-                f"{n} concurrent tasks (4 parents), from the first `task()` until every task is "
-                f"completed and its notice delivered: median {fmt_time(median)}, "
-                f"**{n / median:,.0f} completions/s**."
-            )
+    out = []
+    for backend, title in (("in-process", "In-process backend"), ("opencode", "opencode serve")):
+        benches = [b for b in data["benchmarks"] if b["extra_info"].get("backend") == backend]
+        if not benches:
             continue
-        until = "`task()` returned" if info["until"] == "returned" else "child prompted"
-        if info["fork"]:
-            engine = "Rust" if info["engine"] == "rust" else "reference"
-            what = f"fork, {info['parent_messages']:,}-message parent, {engine} engine"
-        else:
-            what = "plain"
-            plain[until] = median
-        rows.append((until, what, median))
-    for until, what, median in rows:
-        base = plain.get(until)
-        ratio = f"{median / base:.1f}x" if base else ""
-        launch.append(f"| {what} | {until} | {fmt_time(median)} | {ratio} |")
-    return "\n".join(launch) + "\n\n" + completions
+        lines = [
+            f"### {title}\n",
+            "| launch | measured until | median | vs. plain launch |",
+            "|---|---|---:|---:|",
+        ]
+        plain: dict[str, float] = {}
+        rows = []
+        completions = ""
+        for bench in benches:
+            info, median = bench["extra_info"], bench["stats"]["median"]
+            if "concurrent" in info:
+                n = info["concurrent"]
+                completions = (
+                    f"{n} concurrent tasks (4 parents), from the first `task()` until every task "
+                    f"is completed and its notice delivered: median {fmt_time(median)}, "
+                    f"**{n / median:,.0f} completions/s**."
+                )
+                continue
+            until = "`task()` returned" if info["until"] == "returned" else "child prompted"
+            if info["fork"]:
+                engine = "Rust" if info["engine"] == "rust" else "reference"
+                what = f"fork, {info['parent_messages']:,}-message parent, {engine} engine"
+            else:
+                what = "plain"
+                plain[until] = median
+            rows.append((until, what, median))
+        for until, what, median in sorted(rows, key=lambda r: r[0] != "`task()` returned"):
+            base = plain.get(until)
+            ratio = f"{median / base:.1f}x" if base else ""
+            lines.append(f"| {what} | {until} | {fmt_time(median)} | {ratio} |")
+        out.append("\n".join(lines) + "\n\n" + completions)
+    return "\n\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> None:

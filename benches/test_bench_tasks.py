@@ -1,4 +1,5 @@
-"""Task manager benchmarks on the in-process backend (the manager's own cost, no network):
+"""Task manager benchmarks, on the in-process backend (the manager's own cost, no network) and
+on a real ``opencode serve`` answered by the fake model of tests/e2e (the cost a user sees):
 
 - ``task()`` launch latency, plain and forked from a parent of 2,000 generated OpenCode messages
   (``benches/generate.py``, ~10 MB of JSON): the time until the call returns, and the time until
@@ -7,7 +8,9 @@
 - completions handled per second: N tasks launched together with an instant responder, timed
   until every one is completed and its notice delivered to the parent.
 
-``ASYNCAGENTS_BENCH_SMOKE=1`` uses a 200-message parent and 20 concurrent tasks.
+``ASYNCAGENTS_BENCH_SMOKE=1`` uses a 200-message parent and 20 (OpenCode: 10) concurrent tasks.
+On OpenCode the parent is made of ~5 KB ``noReply`` prompts (OpenCode has no bulk import over
+HTTP), and "child prompted" ends when ``prompt_async`` was accepted.
 ``python benches/report.py --tasks`` prints the Markdown table.
 """
 
@@ -15,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +30,8 @@ from asyncagents.tasks import (
     InMemoryTaskStore,
     InProcessBackend,
     InProcessTurn,
+    OpenCodeBackend,
+    PromptRequest,
     TaskManager,
     TaskStatus,
 )
@@ -107,7 +114,13 @@ def test_launch(benchmark: Any, fork: bool, engine: str, until: str) -> None:
     """Latency of one launch: until `task()` returns, or until the child got its prompt."""
     benchmark.group = f"task-launch-{until}"
     benchmark.extra_info.update(
-        {"fork": fork, "engine": engine, "until": until, "parent_messages": PARENT_MESSAGES}
+        {
+            "backend": "in-process",
+            "fork": fork,
+            "engine": engine,
+            "until": until,
+            "parent_messages": PARENT_MESSAGES,
+        }
     )
     rounds = Rounds()
     backend = InProcessBackend(_instant)
@@ -148,7 +161,7 @@ def _ended(manager: TaskManager, task_id: str) -> bool:
 def test_completions_per_second(benchmark: Any) -> None:
     """N concurrent tasks, from launch until all completed and their notices delivered."""
     benchmark.group = "task-completions"
-    benchmark.extra_info.update({"concurrent": CONCURRENT})
+    benchmark.extra_info.update({"concurrent": CONCURRENT, "backend": "in-process"})
     rounds = Rounds()
     backend = InProcessBackend(_instant)
     manager = TaskManager(backend, InMemoryTaskStore())
@@ -173,6 +186,124 @@ def test_completions_per_second(benchmark: Any) -> None:
         )
         await _until(lambda: manager.courier.delivered >= CONCURRENT)
         assert manager.completions == CONCURRENT
+        assert all(_ended(manager, t.id) for t in tasks)
+
+    rounds.run(benchmark, timed, settle)
+    rounds.close(manager)
+
+
+# --- the same, against a real `opencode serve` (the fake model of tests/e2e answers at once) ---
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from e2e_support import running_server  # noqa: E402
+from fake_model import FakeModel  # noqa: E402
+
+OPENCODE_CONCURRENT = 10 if SMOKE else 50
+
+
+@pytest.fixture(scope="module")
+def opencode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    model = FakeModel().start()
+    try:
+        with running_server(model, tmp_path_factory.mktemp("opencode")) as server:
+            yield server.base_url
+    finally:
+        model.stop()
+
+
+async def _opencode_parent(backend: OpenCodeBackend, messages: int) -> str:
+    """A parent of `messages` stored messages (noReply prompts of ~5 KB, 8 in flight)."""
+    parent = str((await backend.create_session(title="bench parent"))["id"])
+    body = "notes " + "0123456789abcdef\n" * 300
+    for start in range(0, messages, 8):
+        await asyncio.gather(
+            *(
+                backend.prompt(parent, PromptRequest(text=f"{i}: {body}", no_reply=True))
+                for i in range(start, min(start + 8, messages))
+            )
+        )
+    return parent
+
+
+@pytest.mark.parametrize(
+    ("until", "fork", "engine"),
+    LAUNCHES,
+    ids=[f"{u}-{'fork-' + e if f else 'plain'}" for u, f, e in LAUNCHES],
+)
+def test_launch_opencode(
+    benchmark: Any, opencode: str, fork: bool, engine: str, until: str
+) -> None:
+    """`task()` latency on a real server: its return, or the child's prompt being accepted."""
+    benchmark.group = f"opencode-launch-{until}"
+    benchmark.extra_info.update(
+        {
+            "backend": "opencode",
+            "fork": fork,
+            "engine": engine,
+            "until": until,
+            "parent_messages": PARENT_MESSAGES,
+        }
+    )
+    rounds = Rounds()
+    backend = OpenCodeBackend(opencode)
+    manager = TaskManager(
+        backend, InMemoryTaskStore(), notify_parent=False, fork_builder=_fork_builder(engine)
+    )
+    parent = rounds.loop.run_until_complete(
+        _opencode_parent(backend, PARENT_MESSAGES if fork else 1)
+    )
+    launched: list[str] = []
+
+    async def timed() -> None:
+        task = await manager.task(parent, "go", "build", "bench", fork=fork)
+        assert task.status is TaskStatus.RUNNING
+        launched.append(task.id)
+        if until == "child-prompted":
+            await _until(lambda: _prompted(manager, task.id))
+
+    async def settle() -> None:
+        await manager.start()
+        await _until(lambda: all(_ended(manager, t) for t in launched))
+        await manager.wait_idle()
+
+    rounds.run(benchmark, timed, settle)
+    assert all(_ended(manager, t) for t in launched)
+    rounds.close(manager)
+
+
+def _prompted(manager: TaskManager, task_id: str) -> bool:
+    task = manager.store.get(task_id)
+    return task is not None and task.turn_started_at is not None
+
+
+def test_completions_per_second_opencode(benchmark: Any, opencode: str) -> None:
+    """N concurrent tasks on a real server until all are completed and notified."""
+    benchmark.group = "opencode-completions"
+    benchmark.extra_info.update({"concurrent": OPENCODE_CONCURRENT, "backend": "opencode"})
+    rounds = Rounds()
+    backend = OpenCodeBackend(opencode)
+    manager = TaskManager(backend, InMemoryTaskStore(), poll_interval=1.0)
+    parents: list[str] = []
+
+    async def settle() -> None:
+        await manager.start()
+        await asyncio.wait_for(manager.events.connected.wait(), 30)
+        await manager.wait_idle()
+        for parent in parents:
+            await manager.clear(parent)
+        parents[:] = [str((await backend.create_session())["id"]) for _ in range(4)]
+        manager.courier.delivered = 0
+        manager.completions = 0
+
+    async def timed() -> None:
+        tasks = await asyncio.gather(
+            *(
+                manager.task(parents[i % 4], f"job {i}", "build", f"job {i}")
+                for i in range(OPENCODE_CONCURRENT)
+            )
+        )
+        await _until(lambda: manager.courier.delivered >= OPENCODE_CONCURRENT)
+        assert manager.completions == OPENCODE_CONCURRENT
         assert all(_ended(manager, t.id) for t in tasks)
 
     rounds.run(benchmark, timed, settle)
