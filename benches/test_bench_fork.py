@@ -18,7 +18,7 @@ from generate import session_bytes, session_objects
 
 SMOKE = os.environ.get("ASYNCAGENTS_BENCH_SMOKE") == "1"
 SIZES = [200] if SMOKE else [200, 2_000, 20_000]
-ROUNDS = {200: 20, 2_000: 5, 20_000: 3}
+ROUNDS = {200: 30, 2_000: 15, 20_000: 5}
 
 
 @pytest.mark.parametrize("form", ["dicts", "bytes"])
