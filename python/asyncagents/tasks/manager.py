@@ -480,12 +480,7 @@ class TaskManager:
             try:
                 messages = await self.backend.messages(sid)
             except SessionNotFoundError:
-                self._finish(
-                    task.id,
-                    task.turn,
-                    TaskStatus.ERROR,
-                    error=("The task's session was deleted before it finished."),
-                )
+                await self._session_gone(task)
                 return
             except BackendError as exc:
                 log.info("check of %s postponed: %s", task_id, exc)
@@ -655,14 +650,24 @@ class TaskManager:
         """A deleted child ends its task in error; a deleted parent clears its tasks."""
         task = self.store.find_by_session(session_id)
         if task is not None and task.status.active:
-            self._finish(
-                task.id,
-                task.turn,
-                TaskStatus.ERROR,
-                error=("The task's session was deleted before it finished."),
-            )
+            await self._session_gone(task)
         if self.store.list_tasks(session_id):
             await self.clear(session_id)
+
+    async def _session_gone(self, task: Task) -> None:
+        """The child session of an active task was deleted: end the task, stop its run.
+
+        OpenCode keeps running a deleted session's turn (deleting a parent deletes its children
+        the same way), and only an abort stops it.
+        """
+        self._finish(
+            task.id,
+            task.turn,
+            TaskStatus.ERROR,
+            error="The task's session was deleted before it finished.",
+        )
+        if task.session_id:
+            await self._abort(task.session_id)
 
     async def _on_connect(self) -> None:
         """After every (re)connection: re-check what may have been missed."""
