@@ -319,6 +319,7 @@ class TaskManager:
         task = out[0]
         if task.session_id:
             self._active.pop(task.session_id, None)
+            self._session_errors.pop(task.session_id, None)
             await self._abort(task.session_id)
         await self._notify_changed()
         return task
@@ -441,6 +442,7 @@ class TaskManager:
                 raise TaskBeingResumedError(task_id)
             raise TaskNotCompletedError(task_id, current.status.value)
         task = out[0]
+        self._session_errors.pop(task.session_id or "", None)
         self._active[task.session_id or ""] = task.id
         self._spawn(self._resume_turn(task, prompt, after))
         return task
@@ -635,7 +637,9 @@ class TaskManager:
         elif kind == "session.error":
             if task_id is not None:
                 _, text = format_error(event_properties(event).get("error"))
-                self._session_errors[sid] = text
+                # the first error of a turn is the reason; OpenCode may follow it with a
+                # generic one carrying a stack trace (unknown agent or model)
+                self._session_errors.setdefault(sid, text)
                 self._schedule_check(task_id)
         elif kind == "session.deleted":
             self._spawn(self._session_deleted(sid))
