@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from asyncagents.tasks import OpenCodeBackend, TaskManager, TaskStatus
+from asyncagents.tasks import InMemoryTaskStore, OpenCodeBackend, TaskManager, TaskStatus
 from e2e_support import AGENT, notices_in, until
 from fake_model import FAIL_MESSAGE
 
@@ -64,3 +64,34 @@ async def test_provider_error_ends_in_error_and_tells_the_parent(
     (notice,) = await notices_in(backend, parent)
     assert f"Background task {task.id} failed: will fail" in notice
     assert FAIL_MESSAGE in notice
+
+
+async def test_unknown_agent_ends_in_error_with_the_servers_reason(
+    manager: TaskManager, backend: OpenCodeBackend, parent: str
+) -> None:
+    # OpenCode accepts the prompt (204), stores no message and reports the reason only in
+    # session.error events (a clear one, then a second one with a stack trace)
+    task = await manager.task(parent, "hello", "no-such-agent", "bad agent")
+    out = await manager.output(task.id, block=True, timeout=60)
+    assert out.task.status is TaskStatus.ERROR
+    assert out.task.error == (
+        'UnknownError: Agent not found: "no-such-agent". Available agents: '
+        "build, explore, general, plan"
+    )
+    await until(lambda: _has_notices(backend, parent, 1), what="error notice")
+    (notice,) = await notices_in(backend, parent)
+    assert 'Agent not found: "no-such-agent"' in notice and "    at " not in notice
+
+
+async def test_unknown_model_ends_in_error_with_the_servers_reason(
+    backend: OpenCodeBackend, parent: str
+) -> None:
+    # the user message is stored, no assistant message follows: only events tell the reason
+    model = {"providerID": "fake", "modelID": "no-such-model"}
+    async with TaskManager(backend, InMemoryTaskStore(), poll_interval=30.0, model=model) as mgr:
+        task = await mgr.task(parent, "hello", AGENT, "bad model")
+        out = await mgr.output(task.id, block=True, timeout=60)
+    assert out.task.status is TaskStatus.ERROR
+    assert out.task.error == (
+        "UnknownError: Model not found: fake/no-such-model. Did you mean: fake-model?"
+    )
