@@ -234,3 +234,17 @@ async def notices_in(backend: OpenCodeBackend, session_id: str) -> list[str]:
 async def say(backend: OpenCodeBackend, session_id: str, text: str) -> dict[str, Any]:
     """A synchronous prompt in a session (the turn runs to its end)."""
     return await backend.prompt(session_id, PromptRequest(text=text, agent=AGENT))
+
+
+def model_got(fake_model: FakeModel, prompt: str) -> bool:
+    """The fake model has received a request whose last user message holds `prompt`."""
+    for request in list(fake_model.requests):
+        users = [m for m in request.get("messages") or () if m.get("role") == "user"]
+        if users and prompt in str(users[-1].get("content")):
+            return True
+    return False
+
+
+async def has_notices(backend: OpenCodeBackend, session_id: str, n: int) -> bool:
+    """The parent has received at least `n` notices."""
+    return len(await notices_in(backend, session_id)) >= n

@@ -17,19 +17,10 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
-from e2e_support import AGENT, notices_in, say, texts, until
+from e2e_support import AGENT, has_notices, model_got, notices_in, say, texts, until
 from fake_model import FakeModel
 
 ABORTED = "MessageAbortedError"
-
-
-def _model_got(fake_model: FakeModel, prompt: str) -> bool:
-    """The fake model has received a request whose last user message is `prompt`."""
-    for request in list(fake_model.requests):
-        users = [m for m in request.get("messages") or () if m.get("role") == "user"]
-        if users and prompt in str(users[-1].get("content")):
-            return True
-    return False
 
 
 async def _last_assistant(backend: OpenCodeBackend, session_id: str) -> dict[str, Any] | None:
@@ -52,7 +43,7 @@ async def test_output_of_a_running_task_and_a_timed_out_block(
 ) -> None:
     prompt = "[fake:tool] [fake:slow] keep going"
     task = await manager.task(parent, prompt, AGENT, "slow one")
-    await until(lambda: _model_got(fake_model, prompt), what="slow stream started")
+    await until(lambda: model_got(fake_model, prompt), what="slow stream started")
     assert task.session_id is not None
     # wait for the tool step to be stored, then for the streaming text step to start
     await until(lambda: _steps(backend, task.session_id, 2), what="second step")
@@ -89,7 +80,7 @@ async def test_cancel_aborts_the_session_and_stays_cancelled(
 ) -> None:
     prompt = "[fake:slow] cancel me"
     task = await manager.task(parent, prompt, AGENT, "to cancel")
-    await until(lambda: _model_got(fake_model, prompt), what="slow stream started")
+    await until(lambda: model_got(fake_model, prompt), what="slow stream started")
     assert task.session_id is not None
     assert task.session_id in await backend.status()  # busy on the server
 
@@ -131,7 +122,7 @@ async def test_clear_removes_the_parents_tasks_and_aborts_running_ones(
     slow_prompt = "[fake:slow] cleared while running"
     running = await manager.task(parent, slow_prompt, AGENT, "running one")
     kept = await manager.task(other, "someone else's job", AGENT, "kept")
-    await until(lambda: _model_got(fake_model, slow_prompt), what="slow stream started")
+    await until(lambda: model_got(fake_model, slow_prompt), what="slow stream started")
 
     removed = await manager.clear(parent)
     assert {t.id for t in removed} == {done.id, running.id}
@@ -145,11 +136,7 @@ async def test_clear_removes_the_parents_tasks_and_aborts_running_ones(
     out = await manager.output(kept.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.COMPLETED
     assert [t.id for t in await manager.list(other)] == [kept.id]
-    await until(lambda: _has(backend, other, 1), what="other parent's notice")
-
-
-async def _has(backend: OpenCodeBackend, session_id: str, n: int) -> bool:
-    return len(await notices_in(backend, session_id)) >= n
+    await until(lambda: has_notices(backend, other, 1), what="other parent's notice")
 
 
 async def test_list_is_newest_first_per_parent_with_marks_and_filter(
@@ -196,7 +183,7 @@ async def test_deleted_child_session_ends_the_task_in_error(
 ) -> None:
     prompt = "[fake:slow] child gets deleted"
     task = await manager.task(parent, prompt, AGENT, "deleted child")
-    await until(lambda: _model_got(fake_model, prompt), what="slow stream started")
+    await until(lambda: model_got(fake_model, prompt), what="slow stream started")
     assert task.session_id is not None
     await backend.delete_session(task.session_id)
     out = await manager.output(task.id, block=True, timeout=60)
@@ -206,7 +193,7 @@ async def test_deleted_child_session_ends_the_task_in_error(
         await backend.get_session(task.session_id)
     # OpenCode keeps running a deleted session's turn: the manager must have aborted it
     await until(lambda: _idle(backend, task.session_id), what="deleted child's run stopped")
-    await until(lambda: _has(backend, parent, 1), what="error notice")
+    await until(lambda: has_notices(backend, parent, 1), what="error notice")
     (notice,) = await notices_in(backend, parent)
     assert f"Background task {task.id} failed: deleted child" in notice
 
@@ -218,7 +205,7 @@ async def test_deleted_parent_session_clears_and_aborts_its_tasks(
     task = await manager.task(parent, prompt, AGENT, "orphan")
     done = await manager.task(parent, "done before delete", AGENT, "done")
     await manager.output(done.id, block=True, timeout=60)
-    await until(lambda: _model_got(fake_model, prompt), what="slow stream started")
+    await until(lambda: model_got(fake_model, prompt), what="slow stream started")
     assert task.session_id is not None
     await backend.delete_session(parent)
     await until(lambda: _cleared(manager, parent), what="parent's tasks cleared")
@@ -248,7 +235,7 @@ async def test_notice_waits_until_the_busy_parent_is_idle(
     await asyncio.sleep(1.2)  # a notice pass while the parent still runs its 3 s turn
     assert await _busy(backend, parent)
     assert await notices_in(backend, parent) == []  # not slipped into the running turn
-    await until(lambda: _has(backend, parent, 1), what="notice after the parent's turn")
+    await until(lambda: has_notices(backend, parent, 1), what="notice after the parent's turn")
     messages = await backend.messages(parent)
     flat = [t for m in messages for t in texts(m)]
     assert flat[:2] == [parent_prompt, f"Reply to: {parent_prompt}"]

@@ -15,16 +15,8 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
-from e2e_support import AGENT, OpenCodeServer, free_port, notices_in, until
+from e2e_support import AGENT, OpenCodeServer, free_port, has_notices, model_got, notices_in, until
 from fake_model import FakeModel
-
-
-def _model_got(fake_model: FakeModel, prompt: str) -> bool:
-    for request in list(fake_model.requests):
-        users = [m for m in request.get("messages") or () if m.get("role") == "user"]
-        if users and prompt in str(users[-1].get("content")):
-            return True
-    return False
 
 
 async def test_restart_on_the_same_store_picks_the_task_up(
@@ -38,7 +30,7 @@ async def test_restart_on_the_same_store_picks_the_task_up(
     await first.start()
     parent = str((await first_backend.create_session(title="restart parent"))["id"])
     task = await first.task(parent, prompt, AGENT, "across restart")
-    await until(lambda: _model_got(fake_model, prompt), what="model reached")
+    await until(lambda: model_got(fake_model, prompt), what="model reached")
     await first.aclose()  # closes the manager, its store and its backend mid-run
 
     async with OpenCodeBackend(opencode.base_url) as backend:
@@ -50,14 +42,14 @@ async def test_restart_on_the_same_store_picks_the_task_up(
                 out = await second.output(task.id, block=True, timeout=60)
                 assert out.task.status is TaskStatus.COMPLETED, out.task.error
                 assert out.task.result == f"Reply to: {prompt}"
-                await until(lambda: _count(backend, parent, 1), what="completion notice")
+                await until(lambda: has_notices(backend, parent, 1), what="completion notice")
 
                 await second.task(parent, "after the restart", "", "", resume=task.id)
                 again = await second.output(task.id, block=True, timeout=60)
                 assert again.task.status is TaskStatus.COMPLETED, again.task.error
                 assert again.task.result == "Reply to: after the restart"
                 assert again.task.label == f"{task.id} (resumed)"
-                await until(lambda: _count(backend, parent, 2), what="resume notice")
+                await until(lambda: has_notices(backend, parent, 2), what="resume notice")
                 await asyncio.sleep(1.5)
                 notices = await notices_in(backend, parent)
                 assert len(notices) == 2
@@ -83,7 +75,3 @@ async def test_a_down_server_is_a_clear_error() -> None:
             {"prompt": "hello", "agent": AGENT, "description": "nowhere"},
         )
         assert text.startswith(f"Error: OpenCode server at {url} is not reachable")
-
-
-async def _count(backend: OpenCodeBackend, session_id: str, n: int) -> bool:
-    return len(await notices_in(backend, session_id)) >= n

@@ -15,7 +15,7 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
-from e2e_support import AGENT, notices_in, texts, until
+from e2e_support import AGENT, has_notices, notices_in, texts, until
 
 
 async def test_resume_continues_the_child_and_tells_the_parent_once(
@@ -25,7 +25,7 @@ async def test_resume_continues_the_child_and_tells_the_parent_once(
     first = await manager.output(task.id, block=True, timeout=60)
     assert first.task.status is TaskStatus.COMPLETED, first.task.error
     assert first.task.result == "Reply to: first question"
-    await until(lambda: _count(backend, parent, 1), what="completion notice")
+    await until(lambda: has_notices(backend, parent, 1), what="completion notice")
 
     follow = "[fake:delay=1] and the follow-up " + "y" * 3000
     loop = asyncio.get_running_loop()
@@ -41,7 +41,7 @@ async def test_resume_continues_the_child_and_tells_the_parent_once(
     assert out.task.status is TaskStatus.COMPLETED, out.task.error
     assert out.task.result == f"Reply to: {follow}"  # only the follow-up turn's reply
     assert out.task.result_retrieved_at is not None
-    await until(lambda: _count(backend, parent, 2), what="resume notice")
+    await until(lambda: has_notices(backend, parent, 2), what="resume notice")
     await asyncio.sleep(1.5)  # a notice pass later: still exactly two
     notices = await notices_in(backend, parent)
     assert len(notices) == 2
@@ -76,7 +76,3 @@ async def test_resume_rejections(manager: TaskManager, parent: str) -> None:
     assert text.startswith(f"Error: Only completed tasks can be resumed; task {running.id}")
     out = await manager.output(running.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.COMPLETED
-
-
-async def _count(backend: OpenCodeBackend, session_id: str, n: int) -> bool:
-    return len(await notices_in(backend, session_id)) >= n

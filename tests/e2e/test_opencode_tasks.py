@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from asyncagents.tasks import InMemoryTaskStore, OpenCodeBackend, TaskManager, TaskStatus
-from e2e_support import AGENT, notices_in, until
+from e2e_support import AGENT, has_notices, notices_in, until
 from fake_model import FAIL_MESSAGE
 
 
@@ -30,7 +30,7 @@ async def test_launch_returns_at_once_then_completes(
     assert out.task.result == f"Reply to: {prompt}"
     assert out.task.result_retrieved_at is not None
     assert out.task.error is None
-    await until(lambda: _has_notices(backend, parent, 1), what="completion notice")
+    await until(lambda: has_notices(backend, parent, 1), what="completion notice")
     (notice,) = await notices_in(backend, parent)
     assert f"Background task {task.id} completed: delayed reply" in notice
     assert f"Result:\nReply to: {prompt}\n" in notice
@@ -48,10 +48,6 @@ async def test_tool_step_task_completes_with_final_text(
     assert out.task.progress.steps == 2
 
 
-async def _has_notices(backend: OpenCodeBackend, session_id: str, n: int) -> bool:
-    return len(await notices_in(backend, session_id)) >= n
-
-
 async def test_provider_error_ends_in_error_and_tells_the_parent(
     manager: TaskManager, backend: OpenCodeBackend, parent: str
 ) -> None:
@@ -60,7 +56,7 @@ async def test_provider_error_ends_in_error_and_tells_the_parent(
     assert out.task.status is TaskStatus.ERROR
     assert out.task.error is not None and FAIL_MESSAGE in out.task.error
     assert out.task.error.startswith("APIError: ")
-    await until(lambda: _has_notices(backend, parent, 1), what="error notice")
+    await until(lambda: has_notices(backend, parent, 1), what="error notice")
     (notice,) = await notices_in(backend, parent)
     assert f"Background task {task.id} failed: will fail" in notice
     assert FAIL_MESSAGE in notice
@@ -78,7 +74,7 @@ async def test_unknown_agent_ends_in_error_with_the_servers_reason(
         'UnknownError: Agent not found: "no-such-agent". Available agents: '
         "build, explore, general, plan"
     )
-    await until(lambda: _has_notices(backend, parent, 1), what="error notice")
+    await until(lambda: has_notices(backend, parent, 1), what="error notice")
     (notice,) = await notices_in(backend, parent)
     assert 'Agent not found: "no-such-agent"' in notice and "    at " not in notice
 
