@@ -244,3 +244,21 @@ async def test_notice_waits_until_the_busy_parent_is_idle(
 
 async def _busy(backend: OpenCodeBackend, session_id: str) -> bool:
     return session_id in await backend.status()
+
+
+async def test_cancel_right_after_launch_stops_the_run(
+    manager: TaskManager, backend: OpenCodeBackend, parent: str, fake_model: FakeModel
+) -> None:
+    """Cancel before the prompt is even sent / before the server shows the run as busy."""
+    prompt = "[fake:slow] cancelled at once"
+    task = await manager.task(parent, prompt, AGENT, "instant cancel")
+    cancelled = await manager.cancel(task.id)
+    assert cancelled.status is TaskStatus.CANCELLED
+    assert task.session_id is not None
+    await manager.wait_idle(30)  # the launch job has run (and seen the cancel)
+    await asyncio.sleep(2.0)  # long enough for a run that slipped through to be busy
+    assert await _idle(backend, task.session_id)
+    last = await _last_assistant(backend, task.session_id)
+    assert last is None or (last.get("error") or {}).get("name") == ABORTED
+    assert (await manager.output(task.id)).task.status is TaskStatus.CANCELLED
+    assert await notices_in(backend, parent) == []

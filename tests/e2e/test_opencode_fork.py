@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from asyncagents.tasks import TOOL_NAMES, OpenCodeBackend, TaskManager, TaskStatus
-from e2e_support import AGENT, say, texts
+from asyncagents.tasks import TOOL_NAMES, OpenCodeBackend, PromptRequest, TaskManager, TaskStatus
+from e2e_support import AGENT, model_got, say, texts, until
 from fake_model import TOOL_OUTPUT_MARK, FakeModel
 
 PREAMBLE = "You are working with forked context from a parent agent session."
@@ -76,3 +76,24 @@ async def test_fork_of_a_missing_parent_ends_in_error(
     assert out.task.result is None
     assert out.task.error is not None
     assert out.task.error.startswith("fork: reading the parent's messages failed: ")
+
+
+async def test_fork_while_the_parent_is_mid_turn(
+    manager: TaskManager, backend: OpenCodeBackend, parent: str, fake_model: FakeModel
+) -> None:
+    """The usual case: the parent agent forks from inside its own running turn."""
+    await say(backend, parent, "[fake:tool] gather facts")
+    busy_prompt = "[fake:slow] parent still talking"
+    await backend.prompt_async(parent, PromptRequest(text=busy_prompt, agent=AGENT))
+    await until(lambda: model_got(fake_model, busy_prompt), what="parent streaming")
+    assert parent in await backend.status()
+
+    task = await manager.task(parent, "[fake:context] go on", AGENT, "mid-turn fork", fork=True)
+    out = await manager.output(task.id, block=True, timeout=60)
+    assert out.task.status is TaskStatus.COMPLETED, out.task.error
+    assert out.task.result == "context-seen"
+    assert task.session_id is not None
+    (injected, *_) = await backend.messages(task.session_id)
+    (context,) = texts(injected)
+    assert context.startswith(PREAMBLE) and TOOL_OUTPUT_MARK in context
+    await backend.abort(parent)

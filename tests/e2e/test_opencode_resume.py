@@ -8,6 +8,7 @@ import pytest
 from asyncagents.tasks import (
     ForkResumeConflictError,
     OpenCodeBackend,
+    SessionExpiredError,
     TaskBeingResumedError,
     TaskManager,
     TaskNotCompletedError,
@@ -76,3 +77,20 @@ async def test_resume_rejections(manager: TaskManager, parent: str) -> None:
     assert text.startswith(f"Error: Only completed tasks can be resumed; task {running.id}")
     out = await manager.output(running.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.COMPLETED
+
+
+async def test_resume_of_a_deleted_child_session_is_refused(
+    manager: TaskManager, backend: OpenCodeBackend, parent: str
+) -> None:
+    task = await manager.task(parent, "short job", AGENT, "will be deleted")
+    assert (await manager.output(task.id, block=True, timeout=60)).task.status is (
+        TaskStatus.COMPLETED
+    )
+    assert task.session_id is not None
+    await backend.delete_session(task.session_id)
+    with pytest.raises(SessionExpiredError, match=f"its session {task.session_id} no longer"):
+        await manager.task(parent, "more", "", "", resume=task.id)
+    # the refusal changed nothing: the task is still completed with its result
+    out = await manager.output(task.id)
+    assert out.task.status is TaskStatus.COMPLETED
+    assert out.task.result == "Reply to: short job" and out.task.resume_count == 0
