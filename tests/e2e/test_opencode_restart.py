@@ -10,6 +10,7 @@ from asyncagents.tasks import (
     BackendUnavailableError,
     InMemoryTaskStore,
     OpenCodeBackend,
+    PromptRequest,
     SQLiteTaskStore,
     TaskManager,
     TaskStatus,
@@ -75,3 +76,38 @@ async def test_a_down_server_is_a_clear_error() -> None:
             {"prompt": "hello", "agent": AGENT, "description": "nowhere"},
         )
         assert text.startswith(f"Error: OpenCode server at {url} is not reachable")
+
+
+async def test_a_pending_notice_survives_the_restart_and_arrives_once(
+    opencode: OpenCodeServer, fake_model: FakeModel, tmp_path: Path
+) -> None:
+    """The child ends while the parent is busy: the notice waits in the store, and the next
+    manager delivers it once the parent is idle."""
+    path = tmp_path / "tasks.sqlite3"
+    async with OpenCodeBackend(opencode.base_url) as backend:
+        parent = str((await backend.create_session(title="busy parent"))["id"])
+        busy_prompt = "[fake:slow] parent busy across the restart"
+        await backend.prompt_async(parent, PromptRequest(text=busy_prompt, agent=AGENT))
+        await until(lambda: model_got(fake_model, busy_prompt), what="parent streaming")
+
+        first = TaskManager(OpenCodeBackend(opencode.base_url), SQLiteTaskStore(path))
+        await first.start()
+        task = await first.task(parent, "quick child", AGENT, "notice pending")
+        out = await first.output(task.id, block=True, timeout=60)
+        assert out.task.status is TaskStatus.COMPLETED
+        (pending,) = first.store.notices()
+        assert pending.task_id == task.id
+        await first.aclose()
+        assert await notices_in(backend, parent) == []
+
+        await backend.abort(parent)
+        store = SQLiteTaskStore(path)
+        try:
+            async with TaskManager(backend, store, poll_interval=30.0) as second:
+                await until(lambda: has_notices(backend, parent, 1), what="notice delivered")
+                await asyncio.sleep(1.5)
+                (notice,) = await notices_in(backend, parent)
+                assert f"Background task {task.id} completed: notice pending" in notice
+                assert second.store.notices() == []
+        finally:
+            store.close()
