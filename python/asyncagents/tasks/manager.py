@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,11 +36,17 @@ from .models import Notice, NoticeKind, OutputResult, Task, TaskProgress, TaskSt
 from .notices import NoticeCourier, format_notice
 from .store import SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS, disabled_tools
-from .turns import format_error, read_turn
+from .turns import TurnState, format_error, read_turn
 
 log = logging.getLogger(__name__)
 
 ACTIVE = (TaskStatus.RUNNING, TaskStatus.RESUMED)
+
+STALLED = (
+    "The task's run stopped without finishing: its session is idle on the server but the turn "
+    "has no final reply (the OpenCode server was probably restarted during the run). Start a new "
+    "asyncagents_task to try again."
+)
 
 
 class ForkContextLike(Protocol):
@@ -88,6 +95,10 @@ class TaskManager:
     Use ``async with TaskManager(backend) as manager`` (or `start()` / `close()`): starting
     re-attaches to tasks a previous manager left running in the same store, follows the event
     stream, reconciles every `poll_interval` seconds and retries undelivered notices.
+
+    A turn that has not ended but whose session showed no sign of life (no event, not busy in
+    ``/session/status``) for `stall_timeout` seconds was lost by the server (a restart drops
+    the run and leaves its last message unfinished forever): it ends in ``error``.
     """
 
     def __init__(
@@ -96,6 +107,7 @@ class TaskManager:
         store: TaskStore | None = None,
         *,
         poll_interval: float = 5.0,
+        stall_timeout: float = 60.0,
         notice_retry_initial: float = 1.0,
         notice_retry_max: float = 60.0,
         notify_parent: bool = True,
@@ -109,6 +121,7 @@ class TaskManager:
             store if store is not None else SQLiteTaskStore(default_store_path())
         )
         self.poll_interval = poll_interval
+        self.stall_timeout = stall_timeout
         self.notify_parent = notify_parent
         self.model = model
         self._fork_builder = fork_builder or _default_fork_builder
@@ -129,6 +142,8 @@ class TaskManager:
         #: child session id -> last session.error seen (the provider's message)
         self._session_errors: dict[str, str] = {}
         self._progress: dict[str, TaskProgress] = {}
+        #: child session id -> monotonic time it last showed life (an event, or busy status)
+        self._alive: dict[str, float] = {}
         self._changed: asyncio.Condition | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._started = False
@@ -320,6 +335,7 @@ class TaskManager:
         if task.session_id:
             self._active.pop(task.session_id, None)
             self._session_errors.pop(task.session_id, None)
+            self._alive.pop(task.session_id, None)
             await self._abort(task.session_id)
         await self._notify_changed()
         return task
@@ -330,6 +346,7 @@ class TaskManager:
         for task in removed:
             if task.session_id:
                 self._active.pop(task.session_id, None)
+                self._alive.pop(task.session_id, None)
         await asyncio.gather(
             *(self._abort(t.session_id) for t in removed if t.status.active and t.session_id)
         )
@@ -443,6 +460,7 @@ class TaskManager:
             raise TaskNotCompletedError(task_id, current.status.value)
         task = out[0]
         self._session_errors.pop(task.session_id or "", None)
+        self._alive[task.session_id or ""] = time.monotonic()
         self._active[task.session_id or ""] = task.id
         self._spawn(self._resume_turn(task, prompt, after))
         return task
@@ -517,6 +535,31 @@ class TaskManager:
                     return
                 if not busy:
                     self._finish(task.id, task.turn, TaskStatus.ERROR, error=error)
+                return
+            await self._check_stalled(task, state)
+
+    async def _check_stalled(self, task: Task, state: TurnState) -> None:
+        """End a turn the server lost: quiet for `stall_timeout` s and not busy."""
+        assert task.session_id is not None
+        sid = task.session_id
+        now = time.monotonic()
+        if now - self._alive.setdefault(sid, now) < self.stall_timeout:
+            return
+        try:
+            busy = sid in await self.backend.status()
+        except BackendError:
+            return
+        if busy:
+            self._alive[sid] = time.monotonic()
+            return
+        self._finish(
+            task.id,
+            task.turn,
+            TaskStatus.ERROR,
+            error=STALLED,
+            text=state.text or None,
+            progress=state.progress,
+        )
 
     def _finish(
         self,
@@ -568,6 +611,7 @@ class TaskManager:
             if self._active.get(task.session_id) == task.id:
                 del self._active[task.session_id]
             self._session_errors.pop(task.session_id, None)
+            self._alive.pop(task.session_id, None)
         self._progress.pop(task_id, None)
         if self._started:
             self._spawn(self._notify_changed())
@@ -620,12 +664,19 @@ class TaskManager:
 
     def _on_event(self, event: JSON) -> None:
         kind = event_type(event)
-        if kind in ("message.part.delta", "server.heartbeat", "server.connected"):
+        if kind in ("server.heartbeat", "server.connected"):
+            return
+        if kind == "message.part.delta":
+            sid = event_properties(event).get("sessionID")
+            if isinstance(sid, str) and sid in self._active:
+                self._alive[sid] = time.monotonic()
             return
         sid = event_session_id(event)
         if sid is None:
             return
         task_id = self._active.get(sid)
+        if task_id is not None:
+            self._alive[sid] = time.monotonic()
         if kind == "session.idle" or (
             kind == "session.status"
             and (event_properties(event).get("status") or {}).get("type") == "idle"
