@@ -16,7 +16,17 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
-from e2e_support import AGENT, OpenCodeServer, free_port, has_notices, model_got, notices_in, until
+from asyncagents.tasks.manager import STALLED
+from e2e_support import (
+    AGENT,
+    OpenCodeServer,
+    free_port,
+    has_notices,
+    model_got,
+    notices_in,
+    running_server,
+    until,
+)
 from fake_model import FakeModel
 
 
@@ -111,3 +121,74 @@ async def test_a_pending_notice_survives_the_restart_and_arrives_once(
                 assert second.store.notices() == []
         finally:
             store.close()
+
+
+async def test_server_restart_reconnects_the_event_stream(
+    fake_model: FakeModel, tmp_path: Path
+) -> None:
+    """Its own server: stopped and started again on the same port and data directory."""
+    with running_server(fake_model, tmp_path / "own") as server:
+        async with (
+            OpenCodeBackend(server.base_url) as backend,
+            TaskManager(backend, InMemoryTaskStore(), poll_interval=30.0) as manager,
+        ):
+            await asyncio.wait_for(manager.events.connected.wait(), 30)
+            parent = str((await backend.create_session(title="restarted server"))["id"])
+            before = await manager.task(parent, "before the restart", AGENT, "before")
+            assert (await manager.output(before.id, block=True, timeout=60)).task.status is (
+                TaskStatus.COMPLETED
+            )
+            assert manager.events.connections == 1
+
+            server.stop()
+            await until(lambda: not manager.events.connected.is_set(), what="stream dropped")
+            server.start()
+            await until(lambda: manager.events.connections == 2, what="stream reconnected")
+
+            after = await manager.task(parent, "after the restart", AGENT, "after")
+            out = await manager.output(after.id, block=True, timeout=60)
+            assert out.task.status is TaskStatus.COMPLETED, out.task.error
+            assert out.task.result == "Reply to: after the restart"
+            await until(lambda: has_notices(backend, parent, 2), what="both notices")
+
+
+async def test_a_run_lost_in_a_server_restart_ends_in_error(
+    fake_model: FakeModel, tmp_path: Path
+) -> None:
+    """OpenCode drops a running turn when it restarts and leaves its last message unfinished
+    forever; the manager must not wait for it forever. A quiet but busy run is not lost."""
+    with running_server(fake_model, tmp_path / "own") as server:
+        async with (
+            OpenCodeBackend(server.base_url) as backend,
+            TaskManager(
+                backend, InMemoryTaskStore(), poll_interval=0.5, stall_timeout=3.0
+            ) as manager,
+        ):
+            parent = str((await backend.create_session(title="lost run"))["id"])
+            # 6 s without a token from the model (longer than stall_timeout): still alive
+            quiet = await manager.task(parent, "[fake:delay=6] quiet", AGENT, "quiet")
+            out = await manager.output(quiet.id, block=True, timeout=60)
+            assert out.task.status is TaskStatus.COMPLETED, out.task.error
+            assert out.task.result == "Reply to: [fake:delay=6] quiet"
+
+            prompt = "[fake:slow] lost in the restart"
+            lost = await manager.task(parent, prompt, AGENT, "lost")
+            await until(lambda: model_got(fake_model, prompt), what="slow stream started")
+            assert lost.session_id is not None
+            await until(lambda: _answering(backend, lost.session_id), what="assistant message")
+            server.stop()
+            server.start()
+            out = await manager.output(lost.id, block=True, timeout=60)
+            assert out.task.status is TaskStatus.ERROR
+            assert out.task.error == STALLED
+            # the streamed text was never stored (parts are saved when they end)
+            assert out.task.result is None
+            assert out.task.progress.steps == 1
+            await until(lambda: has_notices(backend, parent, 2), what="error notice")
+            notices = await notices_in(backend, parent)
+            assert f"Background task {lost.id} failed: lost" in notices[1]
+
+
+async def _answering(backend: OpenCodeBackend, session_id: str) -> bool:
+    messages = await backend.messages(session_id)
+    return any(m["info"]["role"] == "assistant" for m in messages)
