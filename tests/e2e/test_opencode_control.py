@@ -226,13 +226,13 @@ async def _cleared(manager: TaskManager, parent: str) -> bool:
 async def test_notice_waits_until_the_busy_parent_is_idle(
     manager: TaskManager, backend: OpenCodeBackend, parent: str
 ) -> None:
-    parent_prompt = "[fake:delay=3] parent keeps working"
+    parent_prompt = "[fake:delay=6] parent keeps working"
     await backend.prompt_async(parent, PromptRequest(text=parent_prompt, agent=AGENT))
     await until(lambda: _busy(backend, parent), what="parent busy")
     task = await manager.task(parent, "quick child", AGENT, "while busy")
     out = await manager.output(task.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.COMPLETED
-    await asyncio.sleep(1.2)  # a notice pass while the parent still runs its 3 s turn
+    await asyncio.sleep(1.2)  # notice passes while the parent still runs its 6 s turn
     assert await _busy(backend, parent)
     assert await notices_in(backend, parent) == []  # not slipped into the running turn
     await until(lambda: has_notices(backend, parent, 1), what="notice after the parent's turn")

@@ -28,15 +28,17 @@ async def test_resume_continues_the_child_and_tells_the_parent_once(
     assert first.task.result == "Reply to: first question"
     await until(lambda: has_notices(backend, parent, 1), what="completion notice")
 
-    follow = "[fake:delay=1] and the follow-up " + "y" * 3000
+    follow = "[fake:delay=2] and the follow-up " + "y" * 3000
     loop = asyncio.get_running_loop()
     begin = loop.time()
     resumed = await manager.task(parent, follow, "", "", resume=task.id)
-    assert loop.time() - begin < 1.0
+    assert loop.time() - begin < 1.5
     assert resumed.status is TaskStatus.RESUMED and resumed.resume_count == 1
     assert resumed.id == task.id and resumed.session_id == task.session_id
     with pytest.raises(TaskBeingResumedError):
         await manager.task(parent, "too soon", "", "", resume=task.id)
+    # the model answers after 2 s: the follow-up is still running now
+    assert (await manager.output(task.id)).task.status is TaskStatus.RESUMED
 
     out = await manager.output(task.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.COMPLETED, out.task.error
