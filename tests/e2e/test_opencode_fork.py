@@ -74,8 +74,12 @@ async def test_fork_of_a_missing_parent_ends_in_error(
     out = await manager.output(task.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.ERROR
     assert out.task.result is None
-    assert out.task.error is not None
-    assert out.task.error.startswith("fork: reading the parent's messages failed: ")
+    assert out.task.error == (
+        f"fork: reading the parent's messages failed: Session not found: {missing}"
+    )
+    # no prompt went to the child without its context
+    assert task.session_id is not None
+    assert await backend.messages(task.session_id) == []
 
 
 async def test_fork_while_the_parent_is_mid_turn(
