@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from asyncagents.tasks import (
+    InMemoryTaskStore,
     OpenCodeBackend,
     PromptRequest,
     SessionNotFoundError,
@@ -17,7 +18,7 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
-from e2e_support import AGENT, has_notices, model_got, notices_in, say, texts, until
+from e2e_support import AGENT, OpenCodeServer, has_notices, model_got, notices_in, say, texts, until
 from fake_model import FakeModel
 
 ABORTED = "MessageAbortedError"
@@ -262,3 +263,39 @@ async def test_cancel_right_after_launch_stops_the_run(
     assert last is None or (last.get("error") or {}).get("name") == ABORTED
     assert (await manager.output(task.id)).task.status is TaskStatus.CANCELLED
     assert await notices_in(backend, parent) == []
+
+
+class _NoAbortBackend(OpenCodeBackend):
+    """Its aborts never reach the server, so a cancelled run completes anyway."""
+
+    async def abort(self, session_id: str) -> bool:
+        return True
+
+
+async def test_a_run_that_completes_after_cancel_stays_cancelled(
+    opencode: OpenCodeServer, fake_model: FakeModel, parent: str
+) -> None:
+    async with (
+        _NoAbortBackend(opencode.base_url) as backend,
+        TaskManager(backend, InMemoryTaskStore(), poll_interval=0.5) as manager,
+    ):
+        await asyncio.wait_for(manager.events.connected.wait(), 30)
+        prompt = "[fake:delay=2] finishes despite the cancel"
+        task = await manager.task(parent, prompt, AGENT, "late completion")
+        await until(lambda: model_got(fake_model, prompt), what="model reached")
+        assert (await manager.cancel(task.id)).status is TaskStatus.CANCELLED
+        assert task.session_id is not None
+        # the run really ends with its reply on the server...
+        await until(lambda: _replied(backend, task.session_id, prompt), what="reply stored")
+        manager.reconcile()
+        await asyncio.sleep(1.5)  # ...and events, checks and notice passes have seen it
+        await manager.wait_idle(10)
+        out = await manager.output(task.id)
+        assert out.task.status is TaskStatus.CANCELLED
+        assert out.task.result is None and out.task.error == "cancelled by the parent"
+        assert await notices_in(backend, parent) == []
+
+
+async def _replied(backend: OpenCodeBackend, session_id: str, prompt: str) -> bool:
+    messages = await backend.messages(session_id)
+    return f"Reply to: {prompt}" in [t for m in messages for t in texts(m)]
