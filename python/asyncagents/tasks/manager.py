@@ -139,7 +139,7 @@ class TaskManager:
         self._checks_pending: set[str] = set()
         #: child session id -> task id, for the tasks running now
         self._active: dict[str, str] = {}
-        #: child session id -> last session.error seen (the provider's message)
+        #: child session id -> first session.error of the running turn (the reason)
         self._session_errors: dict[str, str] = {}
         self._progress: dict[str, TaskProgress] = {}
         #: child session id -> monotonic time it last showed life (an event, or busy status)
