@@ -15,6 +15,7 @@ from asyncagents.tasks import (
     InMemoryTaskStore,
     InProcessBackend,
     NoticeKind,
+    PromptRequest,
     SessionExpiredError,
     SQLiteTaskStore,
     Task,
@@ -446,3 +447,63 @@ async def test_server_down_is_a_clear_error(parent: str) -> None:
 
 def test_notice_tag_is_json_safe() -> None:
     assert json.loads(json.dumps(notice_tag("ntc_1"))) == "[asyncagents notice ntc_1]"
+
+
+class _NoRunBackend(InProcessBackend):
+    """A server that accepts a prompt but never runs it: `errors` are published instead (an
+    unknown agent or model), or nothing at all (a run lost in a server restart)."""
+
+    def __init__(self, script: Script, errors: list[dict[str, object]]) -> None:
+        super().__init__(script)
+        self.errors = errors
+
+    async def prompt_async(self, session_id: str, request: PromptRequest) -> None:
+        if request.no_reply:
+            await super().prompt_async(session_id, request)
+            return
+        for error in self.errors:
+            self.publish("session.error", {"sessionID": session_id, "error": error})
+        if self.errors:
+            self.publish("session.idle", {"sessionID": session_id})
+
+
+async def test_the_first_session_error_of_a_turn_is_its_reason(script: Script, parent: str) -> None:
+    first = {"name": "UnknownError", "data": {"message": "Agent not found: nope"}}
+    generic = {"name": "UnknownError", "data": {"message": "Error: stack trace\n at x.js:1"}}
+    backend = _NoRunBackend(script, [first, generic])
+    parent = str((await backend.create_session())["id"])
+    async with TaskManager(backend, InMemoryTaskStore(), poll_interval=0.1) as manager:
+        task = await manager.task(parent, "x", "nope", "bad agent")
+        out = await manager.output(task.id, block=True, timeout=5)
+    assert out.task.status is TaskStatus.ERROR
+    assert out.task.error == "UnknownError: Agent not found: nope"
+
+
+async def test_a_run_the_server_lost_ends_in_error_after_the_stall_timeout(
+    script: Script,
+) -> None:
+    backend = _NoRunBackend(script, [])
+    parent = str((await backend.create_session())["id"])
+    async with TaskManager(
+        backend, InMemoryTaskStore(), poll_interval=0.1, stall_timeout=0.5
+    ) as manager:
+        task = await manager.task(parent, "x", "explore", "lost run")
+        await asyncio.sleep(0.3)
+        assert (await manager.output(task.id)).task.status is TaskStatus.RUNNING  # not yet
+        out = await manager.output(task.id, block=True, timeout=5)
+    assert out.task.status is TaskStatus.ERROR
+    assert out.task.error is not None and "stopped without finishing" in out.task.error
+
+
+async def test_a_busy_quiet_run_is_not_a_stalled_one(
+    backend: InProcessBackend, parent: str, script: Script
+) -> None:
+    async with TaskManager(
+        backend, InMemoryTaskStore(), poll_interval=0.1, stall_timeout=0.3
+    ) as manager:
+        task = await manager.task(parent, "[hold] x", "explore", "quiet but busy")
+        await asyncio.sleep(1.2)  # four stall timeouts without an event: still busy on the server
+        assert (await manager.output(task.id)).task.status is TaskStatus.RUNNING
+        script.release.set()
+        out = await manager.output(task.id, block=True, timeout=5)
+    assert out.task.status is TaskStatus.COMPLETED
