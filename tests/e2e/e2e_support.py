@@ -26,6 +26,7 @@ from fake_model import FakeModel
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_BIN = REPO / ".opencode-bin" / "node_modules" / ".bin" / "opencode"
+INSTALL_SCRIPT = REPO / "scripts" / "opencode" / "install.sh"
 STARTUP_TIMEOUT = 60.0
 NOTICE_PREFIX = "[asyncagents notice"
 
@@ -46,7 +47,9 @@ _OFFLINE_FLAGS = (
 
 
 def opencode_binary() -> str:
-    """The opencode executable to run, or a test failure saying how to install one."""
+    """The opencode executable to run: `$ASYNCAGENTS_OPENCODE_BIN`, else the pinned version in
+    `<repo>/.opencode-bin` (installed from npm by `INSTALL_SCRIPT` on first use), else `opencode`
+    on PATH; with none of them, a test failure saying how to install one."""
     env = os.environ.get("ASYNCAGENTS_OPENCODE_BIN")
     if env:
         if not os.access(env, os.X_OK):
@@ -54,12 +57,27 @@ def opencode_binary() -> str:
         return env
     if os.access(LOCAL_BIN, os.X_OK):
         return str(LOCAL_BIN)
+    install_error = "npm is not on PATH"
+    if shutil.which("npm"):
+        prefix = LOCAL_BIN.parents[2]  # <prefix>/node_modules/.bin/opencode
+        done = subprocess.run(
+            ["bash", str(INSTALL_SCRIPT)],
+            env={**os.environ, "ASYNCAGENTS_OPENCODE_PREFIX": str(prefix)},
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        if done.returncode == 0 and os.access(LOCAL_BIN, os.X_OK):
+            return str(LOCAL_BIN)
+        install_error = (done.stdout + done.stderr)[-1500:]
     found = shutil.which("opencode")
     if found:
         return found
     pytest.fail(
-        "No opencode binary for the end-to-end tests: run scripts/opencode/install.sh (it "
-        f"installs {LOCAL_BIN}), put `opencode` on PATH, or set ASYNCAGENTS_OPENCODE_BIN."
+        "No opencode binary for the end-to-end tests, and installing it failed "
+        f"({install_error}). Run scripts/opencode/install.sh (it installs {LOCAL_BIN}), put "
+        "`opencode` on PATH, or set ASYNCAGENTS_OPENCODE_BIN."
     )
 
 

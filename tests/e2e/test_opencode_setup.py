@@ -1,4 +1,5 @@
-"""Finding the opencode binary: a missing one fails the suite, it is never skipped."""
+"""Finding the opencode binary: installed on first use; a missing one fails the suite, it is
+never skipped."""
 
 from __future__ import annotations
 
@@ -48,3 +49,26 @@ def test_the_repo_install_comes_before_path(
     monkeypatch.setattr(e2e_support, "LOCAL_BIN", local)
     monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + os.environ.get("PATH", ""))
     assert opencode_binary() == str(local)
+
+
+def test_a_missing_binary_is_installed_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = tmp_path / "prefix" / "node_modules" / ".bin" / "opencode"
+    script = tmp_path / "install.sh"
+    # stands in for scripts/opencode/install.sh: it installs into $ASYNCAGENTS_OPENCODE_PREFIX
+    script.write_text(
+        'mkdir -p "$ASYNCAGENTS_OPENCODE_PREFIX/node_modules/.bin"\n'
+        'b="$ASYNCAGENTS_OPENCODE_PREFIX/node_modules/.bin/opencode"\n'
+        'printf "#!/bin/sh\\n" > "$b" && chmod +x "$b"\n'
+    )
+    npm = tmp_path / "bin" / "npm"
+    npm.parent.mkdir()
+    npm.write_text("#!/bin/sh\n")
+    npm.chmod(0o755)
+    monkeypatch.delenv("ASYNCAGENTS_OPENCODE_BIN", raising=False)
+    monkeypatch.setattr(e2e_support, "LOCAL_BIN", local)
+    monkeypatch.setattr(e2e_support, "INSTALL_SCRIPT", script)
+    monkeypatch.setenv("PATH", str(npm.parent) + os.pathsep + "/usr/bin" + os.pathsep + "/bin")
+    assert opencode_binary() == str(local)
+    assert os.access(local, os.X_OK)
