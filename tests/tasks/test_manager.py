@@ -14,6 +14,7 @@ from asyncagents.tasks import (
     ForkResumeConflictError,
     InMemoryTaskStore,
     InProcessBackend,
+    Notice,
     NoticeKind,
     PromptRequest,
     SessionExpiredError,
@@ -25,6 +26,7 @@ from asyncagents.tasks import (
     TaskNotFoundError,
     TaskNotRunningError,
     TaskStatus,
+    TaskStore,
 )
 from asyncagents.tasks.notices import notice_tag
 from tasks_script import Script
@@ -507,3 +509,22 @@ async def test_a_busy_quiet_run_is_not_a_stalled_one(
         script.release.set()
         out = await manager.output(task.id, block=True, timeout=5)
     assert out.task.status is TaskStatus.COMPLETED
+
+
+def test_store_lists_the_pending_notices_of_one_parent(store: TaskStore) -> None:
+    def notice(parent: str, created_at: int) -> Notice:
+        return Notice(
+            task_id="tsk_1",
+            parent_session_id=parent,
+            kind=NoticeKind.COMPLETED,
+            turn=1,
+            text=f"{parent} {created_at}",
+            created_at=created_at,
+        )
+
+    for n in (notice("ses_b", 3), notice("ses_a", 2), notice("ses_b", 1)):
+        store.save_notice(n)
+    assert [n.text for n in store.notices("ses_b")] == ["ses_b 1", "ses_b 3"]
+    assert [n.text for n in store.notices("ses_a")] == ["ses_a 2"]
+    assert [n.text for n in store.notices()] == ["ses_b 1", "ses_a 2", "ses_b 3"]
+    assert store.notices("ses_c") == []

@@ -83,10 +83,8 @@ class NoticeCourier:
         now = now_ms()
         due = [
             n
-            for n in self._store.notices()
-            if (parent_session_id is None or n.parent_session_id == parent_session_id)
-            and (force or n.next_attempt_at <= now)
-            and n.id not in self._in_flight
+            for n in self._store.notices(parent_session_id)
+            if (force or n.next_attempt_at <= now) and n.id not in self._in_flight
         ]
         if not due:
             return 0

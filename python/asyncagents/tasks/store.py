@@ -47,8 +47,8 @@ class TaskStore(Protocol):
     def save_notice(self, notice: Notice) -> None:
         """Insert or replace a pending notice."""
 
-    def notices(self) -> list[Notice]:
-        """Pending notices, oldest first."""
+    def notices(self, parent_session_id: str | None = None) -> list[Notice]:
+        """Pending notices, oldest first; only those for `parent_session_id` when given."""
 
     def get_notice(self, notice_id: str) -> Notice | None:
         """One pending notice, or None once delivered or dropped."""
@@ -88,7 +88,7 @@ class InMemoryTaskStore:
             new, notice = out
             self._tasks[task_id] = new.model_copy(deep=True)
             if notice is not None:
-                self._notices[notice.id] = notice.model_copy(deep=True)
+                self._notices[notice.id] = notice.model_copy()
             return new, notice
 
     def list_tasks(
@@ -123,18 +123,23 @@ class InMemoryTaskStore:
 
     def save_notice(self, notice: Notice) -> None:
         with self._lock:
-            self._notices[notice.id] = notice.model_copy(deep=True)
+            self._notices[notice.id] = notice.model_copy()
 
-    def notices(self) -> list[Notice]:
+    def notices(self, parent_session_id: str | None = None) -> list[Notice]:
+        # a Notice holds only immutable scalars: a shallow copy is a full one
         with self._lock:
-            out = [n.model_copy(deep=True) for n in self._notices.values()]
+            out = [
+                n.model_copy()
+                for n in self._notices.values()
+                if parent_session_id is None or n.parent_session_id == parent_session_id
+            ]
         out.sort(key=lambda n: (n.created_at, n.id))
         return out
 
     def get_notice(self, notice_id: str) -> Notice | None:
         with self._lock:
             notice = self._notices.get(notice_id)
-            return None if notice is None else notice.model_copy(deep=True)
+            return None if notice is None else notice.model_copy()
 
     def delete_notice(self, notice_id: str) -> None:
         with self._lock:
@@ -162,6 +167,7 @@ CREATE TABLE IF NOT EXISTS notices (
     created_at INTEGER NOT NULL,
     data TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS notices_parent ON notices (parent_session_id, created_at);
 """
 
 
@@ -286,9 +292,12 @@ class SQLiteTaskStore:
         with self._write() as db:
             self._put_notice(db, notice)
 
-    def notices(self) -> list[Notice]:
+    def notices(self, parent_session_id: str | None = None) -> list[Notice]:
+        sql, args = "SELECT data FROM notices", []
+        if parent_session_id is not None:
+            sql, args = sql + " WHERE parent_session_id = ?", [parent_session_id]
         with self._lock:
-            rows = self._db.execute("SELECT data FROM notices ORDER BY created_at, id").fetchall()
+            rows = self._db.execute(sql + " ORDER BY created_at, id", args).fetchall()
         return [Notice.model_validate_json(r[0]) for r in rows]
 
     def get_notice(self, notice_id: str) -> Notice | None:
