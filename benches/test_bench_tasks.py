@@ -38,6 +38,8 @@ from asyncagents.tasks import (
 )
 from generate import session_objects
 
+# the e2e server launcher (tests/e2e) and the helpers it imports (tests/)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 from e2e_support import running_server
 from fake_model import FakeModel

@@ -7,7 +7,6 @@ FAIL (CI installs it; a skipped end-to-end suite would hide a broken setup).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import polling
 import pytest
 from asyncagents.tasks import OpenCodeBackend, PromptRequest
 from fake_model import FakeModel
@@ -218,18 +218,8 @@ def running_server(model: FakeModel, root: Path) -> Iterator[OpenCodeServer]:
 async def until(
     cond: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0, what: str = "condition"
 ) -> None:
-    """Poll a condition (sync or async) until it holds; fail the test after `timeout` s."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        value = cond()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return
-        if loop.time() > end:
-            raise AssertionError(f"{what} not met within {timeout:.0f}s")
-        await asyncio.sleep(0.05)
+    """`polling.until` with the end-to-end margins: a real server on a loaded 2-core machine."""
+    await polling.until(cond, timeout, what, every=0.05)
 
 
 def texts(message: dict[str, Any]) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -29,22 +28,8 @@ from asyncagents.tasks import (
     TaskStore,
 )
 from asyncagents.tasks.notices import notice_tag
+from polling import until
 from tasks_script import Script
-
-
-async def until(cond: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:
-    """Wait for a condition (sync or async), failing the test after `timeout` s."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        value = cond()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 async def notices_in(backend: InProcessBackend, session_id: str) -> list[str]:

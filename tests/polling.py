@@ -1,0 +1,26 @@
+"""`until`: poll a condition in a test, for the in-process and the end-to-end task tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+
+async def until(
+    cond: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 5.0,
+    what: str = "condition",
+    every: float = 0.01,
+) -> None:
+    """Poll `cond` (sync or async) every `every` s until it holds; fail after `timeout` s."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = cond()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
+        if loop.time() > end:
+            raise AssertionError(f"{what} not met within {timeout:g}s")
+        await asyncio.sleep(every)
