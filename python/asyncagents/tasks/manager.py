@@ -177,7 +177,7 @@ class TaskManager:
                     ),
                 )
                 continue
-            self._active[task.session_id] = task.id
+            self._follow(task)
         if self._follow_events:
             self.events.start()
         self._loops.append(asyncio.get_running_loop().create_task(self._reconcile_loop()))
@@ -273,8 +273,7 @@ class TaskManager:
             is_forked=fork,
         )
         self.store.put(task)
-        assert task.session_id is not None
-        self._active[task.session_id] = task.id
+        self._follow(task)
         self._spawn(self._launch(task))
         return task
 
@@ -332,10 +331,8 @@ class TaskManager:
             current = self.store.get(task_id)
             raise TaskNotRunningError(task_id, (current or task).status.value)
         task = out[0]
+        self._unfollow(task)
         if task.session_id:
-            self._active.pop(task.session_id, None)
-            self._session_errors.pop(task.session_id, None)
-            self._alive.pop(task.session_id, None)
             await self._abort(task.session_id)
         await self._notify_changed()
         return task
@@ -344,9 +341,7 @@ class TaskManager:
         """Remove every task of a parent (and its pending notices); abort those still running."""
         removed = self.store.delete_parent(parent_session_id)
         for task in removed:
-            if task.session_id:
-                self._active.pop(task.session_id, None)
-                self._alive.pop(task.session_id, None)
+            self._unfollow(task)
         await asyncio.gather(
             *(self._abort(t.session_id) for t in removed if t.status.active and t.session_id)
         )
@@ -459,9 +454,7 @@ class TaskManager:
                 raise TaskBeingResumedError(task_id)
             raise TaskNotCompletedError(task_id, current.status.value)
         task = out[0]
-        self._session_errors.pop(task.session_id or "", None)
-        self._alive[task.session_id or ""] = time.monotonic()
-        self._active[task.session_id or ""] = task.id
+        self._follow(task)
         self._spawn(self._resume_turn(task, prompt, after))
         return task
 
@@ -607,12 +600,7 @@ class TaskManager:
             return
         task, notice = out
         self.completions += 1
-        if task.session_id:
-            if self._active.get(task.session_id) == task.id:
-                del self._active[task.session_id]
-            self._session_errors.pop(task.session_id, None)
-            self._alive.pop(task.session_id, None)
-        self._progress.pop(task_id, None)
+        self._unfollow(task)
         if self._started:
             self._spawn(self._notify_changed())
             if notice is not None:
@@ -637,6 +625,23 @@ class TaskManager:
             return True
         except asyncio.TimeoutError:
             return ended()
+
+    def _follow(self, task: Task) -> None:
+        """Follow a run of `task` (launch, resume, restart): events of its session map to it,
+        and the run's first error and liveness clock start afresh."""
+        assert task.session_id is not None
+        self._active[task.session_id] = task.id
+        self._session_errors.pop(task.session_id, None)
+        self._alive.pop(task.session_id, None)
+
+    def _unfollow(self, task: Task) -> None:
+        """Forget the run of `task` (ended, cancelled or cleared)."""
+        if task.session_id:
+            if self._active.get(task.session_id) == task.id:
+                del self._active[task.session_id]
+            self._session_errors.pop(task.session_id, None)
+            self._alive.pop(task.session_id, None)
+        self._progress.pop(task.id, None)
 
     async def _fresh_progress(self, task: Task) -> TaskProgress:
         if task.session_id and task.turn_started_at is not None:
