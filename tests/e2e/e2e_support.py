@@ -23,12 +23,12 @@ import polling
 import pytest
 from asyncagents.tasks import OpenCodeBackend, PromptRequest
 from fake_model import FakeModel
+from parent_notices import notices_in
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_BIN = REPO / ".opencode-bin" / "node_modules" / ".bin" / "opencode"
 INSTALL_SCRIPT = REPO / "scripts" / "opencode" / "install.sh"
 STARTUP_TIMEOUT = 60.0
-NOTICE_PREFIX = "[asyncagents notice"
 
 #: OpenCode's default agent
 AGENT = "build"
@@ -220,23 +220,6 @@ async def until(
 ) -> None:
     """`polling.until` with the end-to-end margins: a real server on a loaded 2-core machine."""
     await polling.until(cond, timeout, what, every=0.05)
-
-
-def texts(message: dict[str, Any]) -> list[str]:
-    """The text parts of one message."""
-    return [
-        str(p.get("text", ""))
-        for p in message.get("parts") or ()
-        if isinstance(p, dict) and p.get("type") == "text"
-    ]
-
-
-async def notices_in(backend: OpenCodeBackend, session_id: str) -> list[str]:
-    """The notice texts a parent session received, oldest first."""
-    out: list[str] = []
-    for message in await backend.messages(session_id):
-        out.extend(t for t in texts(message) if t.startswith(NOTICE_PREFIX))
-    return out
 
 
 async def say(backend: OpenCodeBackend, session_id: str, text: str) -> dict[str, Any]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from asyncagents.tasks import OpenCodeBackend, TaskManager, TaskStatus
-from e2e_support import AGENT, notices_in, until
+from e2e_support import AGENT, until
+from parent_notices import notices_in
 
 TASKS = 50
 PARENTS = 5

@@ -18,8 +18,9 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
-from e2e_support import AGENT, OpenCodeServer, has_notices, model_got, notices_in, say, texts, until
+from e2e_support import AGENT, OpenCodeServer, has_notices, model_got, say, until
 from fake_model import FakeModel
+from parent_notices import notices_in, texts
 
 ABORTED = "MessageAbortedError"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from asyncagents.tasks import TOOL_NAMES, OpenCodeBackend, PromptRequest, TaskManager, TaskStatus
-from e2e_support import AGENT, model_got, say, texts, until
+from e2e_support import AGENT, model_got, say, until
 from fake_model import TOOL_OUTPUT_MARK, FakeModel
+from parent_notices import texts
 
 PREAMBLE = "You are working with forked context from a parent agent session."
 

@@ -23,11 +23,11 @@ from e2e_support import (
     free_port,
     has_notices,
     model_got,
-    notices_in,
     running_server,
     until,
 )
 from fake_model import FakeModel
+from parent_notices import notices_in
 
 
 async def test_restart_on_the_same_store_picks_the_task_up(

@@ -16,7 +16,8 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
-from e2e_support import AGENT, has_notices, notices_in, texts, until
+from e2e_support import AGENT, has_notices, until
+from parent_notices import notices_in, texts
 
 
 async def test_resume_continues_the_child_and_tells_the_parent_once(

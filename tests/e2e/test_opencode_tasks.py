@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from asyncagents.tasks import InMemoryTaskStore, OpenCodeBackend, TaskManager, TaskStatus
-from e2e_support import AGENT, has_notices, notices_in, until
+from e2e_support import AGENT, has_notices, until
 from fake_model import FAIL_MESSAGE
+from parent_notices import notices_in
 
 
 async def test_launch_returns_at_once_then_completes(

@@ -28,18 +28,9 @@ from asyncagents.tasks import (
     TaskStore,
 )
 from asyncagents.tasks.notices import notice_tag
+from parent_notices import notices_in
 from polling import until
 from tasks_script import Script
-
-
-async def notices_in(backend: InProcessBackend, session_id: str) -> list[str]:
-    """The texts of the notices a parent received."""
-    out = []
-    for message in await backend.messages(session_id):
-        for part in message["parts"]:
-            if part.get("text", "").startswith("[asyncagents notice"):
-                out.append(part["text"])
-    return out
 
 
 async def test_launch_returns_at_once_and_completes_once(
