@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from asyncagents.tasks import (
     TaskStatus,
     TaskStore,
 )
+from asyncagents.tasks.backend import JSON
 from asyncagents.tasks.notices import notice_tag
 from parent_notices import notices_in
 from polling import until
@@ -504,3 +506,29 @@ def test_store_lists_the_pending_notices_of_one_parent(store: TaskStore) -> None
     assert [n.text for n in store.notices("ses_a")] == ["ses_a 2"]
     assert [n.text for n in store.notices()] == ["ses_b 1", "ses_a 2", "ses_b 3"]
     assert store.notices("ses_c") == []
+
+
+class _EndsDuringStatus(InProcessBackend):
+    """The turn ends between the manager's read of the messages and its status request."""
+
+    def __init__(self, script: Script) -> None:
+        super().__init__(script)
+        self.script = script
+
+    async def status(self) -> Mapping[str, JSON]:
+        self.script.release.set()
+        while await super().status():
+            await asyncio.sleep(0.01)
+        return await super().status()
+
+
+async def test_a_turn_that_ends_during_the_stall_check_completes(script: Script) -> None:
+    backend = _EndsDuringStatus(script)
+    parent = str((await backend.create_session())["id"])
+    async with TaskManager(
+        backend, InMemoryTaskStore(), poll_interval=0.1, stall_timeout=0.2
+    ) as manager:
+        task = await manager.task(parent, "[hold] x", "explore", "ends late")
+        out = await manager.output(task.id, block=True, timeout=5)
+    assert out.task.status is TaskStatus.COMPLETED, out.task.error
+    assert out.task.result == "Reply to: [hold] x"

@@ -490,69 +490,73 @@ class TaskManager:
             if task.turn_started_at is None:
                 return
             sid = task.session_id
-            try:
-                messages = await self.backend.messages(sid)
-            except SessionNotFoundError:
-                await self._session_gone(task)
+            state = await self._read_turn(task)
+            if state is None:
                 return
-            except BackendError as exc:
-                log.info("check of %s postponed: %s", task_id, exc)
-                return
-            state = read_turn(messages, task.turn_after_message_id)
-            self._progress[task_id] = state.progress
             if state.done:
-                if state.error is not None:
-                    self._finish(
-                        task.id,
-                        task.turn,
-                        TaskStatus.ERROR,
-                        error=state.error,
-                        text=state.text,
-                        progress=state.progress,
-                    )
-                else:
-                    self._finish(
-                        task.id,
-                        task.turn,
-                        TaskStatus.COMPLETED,
-                        text=state.text,
-                        progress=state.progress,
-                    )
+                self._end_turn(task, state)
                 return
             error = self._session_errors.get(sid)
-            if error is not None:
-                # an error before any assistant message (bad agent/model...): not busy = over
-                try:
-                    busy = sid in await self.backend.status()
-                except BackendError:
-                    return
-                if not busy:
-                    self._finish(task.id, task.turn, TaskStatus.ERROR, error=error)
+            if error is None and not self._quiet_too_long(sid):
                 return
-            await self._check_stalled(task, state)
+            # an error seen, or quiet too long: the session's status decides
+            try:
+                busy = sid in await self.backend.status()
+            except BackendError:
+                return
+            if busy:
+                self._alive[sid] = time.monotonic()
+                return
+            # the turn may have ended between the read above and the status: read it again
+            state = await self._read_turn(task)
+            if state is None:
+                return
+            if state.done:
+                self._end_turn(task, state)
+            elif error is not None:
+                # an error before any assistant message (bad agent/model...)
+                self._finish(task.id, task.turn, TaskStatus.ERROR, error=error)
+            else:
+                self._finish(
+                    task.id,
+                    task.turn,
+                    TaskStatus.ERROR,
+                    error=STALLED,
+                    text=state.text or None,
+                    progress=state.progress,
+                )
 
-    async def _check_stalled(self, task: Task, state: TurnState) -> None:
-        """End a turn the server lost: quiet for `stall_timeout` s and not busy."""
+    async def _read_turn(self, task: Task) -> TurnState | None:
+        """The current turn as the messages show it; None when the check must wait or stop."""
         assert task.session_id is not None
-        sid = task.session_id
-        now = time.monotonic()
-        if now - self._alive.setdefault(sid, now) < self.stall_timeout:
-            return
         try:
-            busy = sid in await self.backend.status()
-        except BackendError:
-            return
-        if busy:
-            self._alive[sid] = time.monotonic()
-            return
+            messages = await self.backend.messages(task.session_id)
+        except SessionNotFoundError:
+            await self._session_gone(task)
+            return None
+        except BackendError as exc:
+            log.info("check of %s postponed: %s", task.id, exc)
+            return None
+        state = read_turn(messages, task.turn_after_message_id)
+        self._progress[task.id] = state.progress
+        return state
+
+    def _end_turn(self, task: Task, state: TurnState) -> None:
+        """Finish a task whose turn the messages prove ended: its reply, or its error."""
         self._finish(
             task.id,
             task.turn,
-            TaskStatus.ERROR,
-            error=STALLED,
-            text=state.text or None,
+            TaskStatus.COMPLETED if state.error is None else TaskStatus.ERROR,
+            error=state.error,
+            text=state.text,
             progress=state.progress,
         )
+
+    def _quiet_too_long(self, sid: str) -> bool:
+        """No sign of life (event, busy status) from the session for `stall_timeout` s; the
+        clock starts at the first check of the run."""
+        now = time.monotonic()
+        return now - self._alive.setdefault(sid, now) >= self.stall_timeout
 
     def _finish(
         self,
