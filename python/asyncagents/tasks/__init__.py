@@ -9,6 +9,11 @@ agent-facing side. Importing this package does not load the Rust extension.
 from .backend import PromptRequest, SessionBackend
 from .errors import (
     BackendError,
+    BackendHTTPError,
+    BackendProtocolError,
+    BackendRedirectError,
+    BackendResponseTooLargeError,
+    BackendTimeoutError,
     BackendUnavailableError,
     ForkResumeConflictError,
     SessionExpiredError,
@@ -42,6 +47,11 @@ __all__ = [
     "TOOLS",
     "TOOL_NAMES",
     "BackendError",
+    "BackendHTTPError",
+    "BackendProtocolError",
+    "BackendRedirectError",
+    "BackendResponseTooLargeError",
+    "BackendTimeoutError",
     "BackendUnavailableError",
     "EventFollower",
     "ForkResumeConflictError",
