@@ -227,6 +227,9 @@ class _Stream(Response):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     if self._on_chunk is not None:
                         self._on_chunk(len(chunk))
+                    # uvicorn drops what is sent after a disconnect without waiting: yield, so
+                    # the watcher sees the disconnect and ends an endless body
+                    await asyncio.sleep(0)
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             group.cancel_scope.cancel()
 
