@@ -338,13 +338,9 @@ class OpenCodeBackend:
                 method=first.method,
             ) from exc
         if _not_found_message(second) is not None:
-            raise SessionNotFoundError(
-                session_id,
-                f"{message} (OpenCode answered {first.method} {first.url} with NotFoundError, "
-                f"confirmed by GET {url})",
-                url=first.url,
-                method=first.method,
-            )
+            # OpenCode's own text ("Session not found: <id>") is what an agent reads; the
+            # request is in `url` and `method`
+            raise SessionNotFoundError(session_id, message, url=first.url, method=first.method)
         seen = "the session exists" if 200 <= second.status < 300 else f"HTTP {second.status}"
         raise BackendHTTPError(
             f"OpenCode server at {self.base_url} answered {first.method} {first.url} with "
