@@ -53,6 +53,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
@@ -246,7 +247,8 @@ def _fault_response(fault: Fault) -> Response:
         if fault.status == 500:
             body = {"name": "UnknownError", "data": {"message": "Unexpected server error."}}
             return JSONResponse(body, 500)
-        page = f"<html><body><h1>{fault.status} Bad Gateway</h1></body></html>"
+        phrase = HTTPStatus(fault.status).phrase
+        page = f"<html><body><h1>{fault.status} {phrase}</h1></body></html>"
         return Response(page, fault.status, media_type="text/html")
     if fault.kind == "redirect":
         return Response(b"", 302, headers={"location": fault.location})
@@ -305,7 +307,9 @@ def _prompt_request(body: Any) -> PromptRequest:
     if not isinstance(body, dict) or not isinstance(body.get("parts"), list):
         raise ValueError("body must be an object with a 'parts' list")
     text = "".join(
-        str(p.get("text", "")) for p in body["parts"] if isinstance(p, dict) and p["type"] == "text"
+        str(p.get("text", ""))
+        for p in body["parts"]
+        if isinstance(p, dict) and p.get("type") == "text"
     )
     return PromptRequest(
         text=text,

@@ -20,6 +20,7 @@ from asyncagents.tasks import (
     BackendResponseTooLargeError,
     BackendTimeoutError,
     BackendUnavailableError,
+    EventFollower,
     OpenCodeBackend,
     PromptRequest,
     SessionNotFoundError,
@@ -357,3 +358,25 @@ async def test_redirects_are_refused_everywhere(
 async def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match="max_body_bytes must be positive"):
         OpenCodeBackend("http://127.0.0.1:9", max_body_bytes=0)
+
+
+# --- the event follower over these errors ---------------------------------------------------------
+
+
+async def test_the_event_follower_reconnects_after_typed_stream_errors(
+    server: FakeOpenCode, backend: OpenCodeBackend
+) -> None:
+    server.add_fault("/event", "status", status=500, count=1)
+    server.add_fault("/event", "redirect", count=1)
+    seen: list[str] = []
+    follower = EventFollower(
+        backend, lambda event: seen.append(str(event["type"])), min_backoff=0.05
+    )
+    follower.start()
+    try:
+        await asyncio.wait_for(follower.connected.wait(), 10)
+    finally:
+        await follower.stop()
+    assert follower.connections == 1
+    assert seen[0] == "server.connected"
+    assert [f["hits"] for f in server.fault_stats()] == [1, 1]

@@ -114,3 +114,24 @@ def child_of(manager: TaskManager, task_id: str) -> str:
 
 async def notice_count(backend: OpenCodeBackend, parent: str, n: int) -> bool:
     return len(await notices_in(backend, parent)) == n
+
+
+async def test_a_redirect_on_prompt_async_ends_the_task_in_error_not_running(
+    server: FakeOpenCode, backend: OpenCodeBackend, manager: TaskManager
+) -> None:
+    parent = str((await backend.create_session(title="parent"))["id"])
+    server.add_fault(r"/session/[^/]+/prompt_async", "redirect", count=1)
+    task_id = await launch(manager, parent, "never sent")
+    await until(
+        lambda: manager.store.get(task_id).status is TaskStatus.ERROR,  # type: ignore[union-attr]
+        timeout=10,
+        what="the launch fails",
+    )
+    task = manager.store.get(task_id)
+    assert task is not None and task.error is not None
+    assert task.error.startswith("sending the prompt failed: OpenCode server at ")
+    assert "with a redirect (HTTP 302 to http://127.0.0.1:9/elsewhere)" in task.error
+    # nothing reached the child; the parent got the error notice
+    await until(lambda: notice_count(backend, parent, 1), timeout=10, what="one notice")
+    assert [sid for sid, _ in server.backend.prompts] == [parent]
+    assert await listing(manager, parent) == listed(manager, task_id, "error")
