@@ -132,7 +132,7 @@ class TagResponder:
 
 @dataclass
 class Fault:
-    """One injected misbehaviour; `hits` and `sent_bytes` count what it answered."""
+    """One injected misbehaviour; `hits`, `sent_bytes` and `disconnects` count what it did."""
 
     path: str
     kind: FaultKind
@@ -144,6 +144,8 @@ class Fault:
     location: str = "http://127.0.0.1:9/elsewhere"
     hits: int = 0
     sent_bytes: int = 0
+    #: streamed answers (drip, endless) the client closed before their end
+    disconnects: int = 0
     added_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
@@ -205,11 +207,13 @@ class _Stream(Response):
         status_code: int = 200,
         media_type: str = "application/json",
         on_chunk: Callable[[int], None] | None = None,
+        on_disconnect: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(status_code=status_code, media_type=media_type)
         del self.headers["content-length"]
         self._chunks = chunks
         self._on_chunk = on_chunk
+        self._on_disconnect = on_disconnect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send(
@@ -220,6 +224,8 @@ class _Stream(Response):
             async def watch() -> None:
                 while (await receive())["type"] != "http.disconnect":
                     pass
+                if self._on_disconnect is not None:
+                    self._on_disconnect()
                 group.cancel_scope.cancel()
 
             group.start_soon(watch)
@@ -238,6 +244,9 @@ class _Stream(Response):
 def _fault_response(fault: Fault) -> Response:
     def count(n: int) -> None:
         fault.sent_bytes += n
+
+    def gone() -> None:
+        fault.disconnects += 1
 
     if fault.kind == "html404":
         return Response(HTML_404, 404, media_type="text/html")
@@ -259,7 +268,7 @@ def _fault_response(fault: Fault) -> Response:
                 yield bytes([byte])
                 await asyncio.sleep(fault.interval)
 
-        return _Stream(drip(), on_chunk=count)
+        return _Stream(drip(), on_chunk=count, on_disconnect=gone)
     if fault.kind == "endless":
 
         async def endless() -> AsyncIterator[bytes]:
@@ -269,7 +278,7 @@ def _fault_response(fault: Fault) -> Response:
             while True:
                 yield chunk
 
-        return _Stream(endless(), on_chunk=count)
+        return _Stream(endless(), on_chunk=count, on_disconnect=gone)
 
     async def endless_line() -> AsyncIterator[bytes]:
         yield b"data: "
@@ -277,7 +286,9 @@ def _fault_response(fault: Fault) -> Response:
         while True:
             yield chunk
 
-    return _Stream(endless_line(), media_type="text/event-stream", on_chunk=count)
+    return _Stream(
+        endless_line(), media_type="text/event-stream", on_chunk=count, on_disconnect=gone
+    )
 
 
 class _FaultInjector:
