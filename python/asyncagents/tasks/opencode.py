@@ -17,6 +17,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -56,6 +57,11 @@ class _Answer:
     status: int
     content_type: str
     body: bytes
+
+
+def _session_path(session_id: str, tail: str = "") -> str:
+    """``/session/{id}{tail}`` with the id quoted (an id never walks to another path)."""
+    return f"/session/{quote(session_id, safe='')}{tail}"
 
 
 def _not_found_message(answer: _Answer) -> str | None:
@@ -165,11 +171,16 @@ class OpenCodeBackend:
     def _url(self, path: str) -> str:
         return f"{self.base_url}{path}"
 
-    def _transport_failure(self, exc: httpx.HTTPError, method: str, url: str) -> BackendError:
+    def _transport_failure(
+        self, exc: httpx.HTTPError, method: str, url: str, limit: float
+    ) -> BackendError:
         if isinstance(exc, httpx.TimeoutException):
-            return BackendUnavailableError(
+            if isinstance(exc, httpx.ConnectTimeout):
+                limit = min(self.connect_timeout, limit)
+            return BackendTimeoutError(
                 f"OpenCode server at {self.base_url} timed out on {method} {url} "
-                f"({type(exc).__name__}: {exc}). Try again shortly.",
+                f"({type(exc).__name__} after {limit:g} s). Try again shortly.",
+                timeout=limit,
                 url=url,
                 method=method,
             )
@@ -282,7 +293,7 @@ class OpenCodeBackend:
         except TimeoutError as exc:
             raise self._deadline_passed(method, url, limit) from exc
         except httpx.HTTPError as exc:
-            raise self._transport_failure(exc, method, url) from exc
+            raise self._transport_failure(exc, method, url, limit) from exc
 
     async def _call(
         self,
@@ -324,7 +335,7 @@ class OpenCodeBackend:
     async def _confirm_gone(self, session_id: str, first: _Answer, message: str) -> None:
         """Raise `SessionNotFoundError` when ``GET /session/{id}`` again answers OpenCode's
         NotFoundError; otherwise a `BackendHTTPError` for the first answer (passing)."""
-        path = f"/session/{session_id}"
+        path = _session_path(session_id)
         url = self._url(path)
         try:
             second = await self._send("GET", path)
@@ -404,18 +415,18 @@ class OpenCodeBackend:
 
     async def get_session(self, session_id: str) -> JSON:
         out: JSON = self._json(
-            await self._call("GET", f"/session/{session_id}", session_id=session_id), dict
+            await self._call("GET", _session_path(session_id), session_id=session_id), dict
         )
         return out
 
     async def delete_session(self, session_id: str) -> None:
-        self._no_body(await self._call("DELETE", f"/session/{session_id}", session_id=session_id))
+        self._no_body(await self._call("DELETE", _session_path(session_id), session_id=session_id))
 
     async def messages(self, session_id: str, *, limit: int | None = None) -> list[JSON]:
         params = {"limit": limit} if limit is not None else None
         answer = await self._call(
             "GET",
-            f"/session/{session_id}/message",
+            _session_path(session_id, "/message"),
             session_id=session_id,
             params=params,
             max_bytes=self.max_messages_bytes,
@@ -427,7 +438,7 @@ class OpenCodeBackend:
         """The message list's bytes as served (checked to start as a JSON array, not parsed)."""
         answer = await self._call(
             "GET",
-            f"/session/{session_id}/message",
+            _session_path(session_id, "/message"),
             session_id=session_id,
             max_bytes=self.max_messages_bytes,
         )
@@ -444,7 +455,7 @@ class OpenCodeBackend:
     async def prompt(self, session_id: str, request: PromptRequest) -> JSON:
         answer = await self._call(
             "POST",
-            f"/session/{session_id}/message",
+            _session_path(session_id, "/message"),
             session_id=session_id,
             json_body=request.body(),
             timeout=self.timeout if request.no_reply else self.prompt_timeout,
@@ -457,14 +468,16 @@ class OpenCodeBackend:
         self._no_body(
             await self._call(
                 "POST",
-                f"/session/{session_id}/prompt_async",
+                _session_path(session_id, "/prompt_async"),
                 session_id=session_id,
                 json_body=request.body(),
             )
         )
 
     async def abort(self, session_id: str) -> bool:
-        answer = await self._call("POST", f"/session/{session_id}/abort", session_id=session_id)
+        answer = await self._call(
+            "POST", _session_path(session_id, "/abort"), session_id=session_id
+        )
         return bool(self._json(answer, object))
 
     async def status(self) -> Mapping[str, JSON]:
@@ -525,7 +538,8 @@ class OpenCodeBackend:
                 method=method,
             ) from exc
         except httpx.HTTPError as exc:
-            raise self._transport_failure(exc, method, url) from exc
+            limit = self.event_idle_timeout if streaming else self.timeout
+            raise self._transport_failure(exc, method, url, limit) from exc
 
     async def _read_events(self, response: httpx.Response, url: str) -> AsyncIterator[JSON]:
         """SSE framing over the raw chunks, with a deadline per line and a cap per line and
