@@ -1,4 +1,4 @@
-"""Where tasks and undelivered notices live: SQLite for real use, a dict for tests.
+"""Legacy synchronous SQLite store (being replaced by the async one).
 
 A store call is short and synchronous; every change of a task goes through `update`, a
 read-modify-write inside one transaction, so concurrent writers (coroutines, threads, or other
@@ -10,144 +10,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
 
-from .models import Notice, Task, TaskStatus
-
-#: `update`'s callback: the new task and an optional notice to save with it, or None to skip
-Mutation = Callable[[Task], "tuple[Task, Notice | None] | None"]
-
-
-class TaskStore(Protocol):
-    """Persistence of tasks and pending notices (see module docstring for the guarantees)."""
-
-    def put(self, task: Task) -> None:
-        """Insert or replace a task."""
-
-    def get(self, task_id: str) -> Task | None:
-        """The task, or None."""
-
-    def update(self, task_id: str, mutate: Mutation) -> tuple[Task, Notice | None] | None:
-        """Atomically apply `mutate` to the stored task; None if absent or `mutate` declined."""
-
-    def list_tasks(
-        self, parent_session_id: str | None = None, statuses: Collection[TaskStatus] | None = None
-    ) -> list[Task]:
-        """Tasks, newest first, optionally of one parent and/or some statuses."""
-
-    def find_by_session(self, session_id: str) -> Task | None:
-        """The task whose child session is `session_id`."""
-
-    def delete_parent(self, parent_session_id: str) -> list[Task]:
-        """Remove every task and pending notice of a parent; return the removed tasks."""
-
-    def save_notice(self, notice: Notice) -> None:
-        """Insert or replace a pending notice."""
-
-    def notices(self, parent_session_id: str | None = None) -> list[Notice]:
-        """Pending notices, oldest first; only those for `parent_session_id` when given."""
-
-    def get_notice(self, notice_id: str) -> Notice | None:
-        """One pending notice, or None once delivered or dropped."""
-
-    def delete_notice(self, notice_id: str) -> None:
-        """Forget a delivered (or undeliverable) notice."""
-
-    def close(self) -> None:
-        """Release resources."""
-
-
-class InMemoryTaskStore:
-    """A dict-backed `TaskStore` for tests and throwaway managers; copies on the way in and out."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._tasks: dict[str, Task] = {}
-        self._notices: dict[str, Notice] = {}
-
-    def put(self, task: Task) -> None:
-        with self._lock:
-            self._tasks[task.id] = task.model_copy(deep=True)
-
-    def get(self, task_id: str) -> Task | None:
-        with self._lock:
-            task = self._tasks.get(task_id)
-            return None if task is None else task.model_copy(deep=True)
-
-    def update(self, task_id: str, mutate: Mutation) -> tuple[Task, Notice | None] | None:
-        with self._lock:
-            task = self._tasks.get(task_id)
-            if task is None:
-                return None
-            out = mutate(task.model_copy(deep=True))
-            if out is None:
-                return None
-            new, notice = out
-            self._tasks[task_id] = new.model_copy(deep=True)
-            if notice is not None:
-                self._notices[notice.id] = notice.model_copy()
-            return new, notice
-
-    def list_tasks(
-        self, parent_session_id: str | None = None, statuses: Collection[TaskStatus] | None = None
-    ) -> list[Task]:
-        with self._lock:
-            tasks = [
-                t.model_copy(deep=True)
-                for t in self._tasks.values()
-                if (parent_session_id is None or t.parent_session_id == parent_session_id)
-                and (statuses is None or t.status in statuses)
-            ]
-        tasks.sort(key=lambda t: (t.created_at, t.id), reverse=True)
-        return tasks
-
-    def find_by_session(self, session_id: str) -> Task | None:
-        with self._lock:
-            for task in self._tasks.values():
-                if task.session_id == session_id:
-                    return task.model_copy(deep=True)
-        return None
-
-    def delete_parent(self, parent_session_id: str) -> list[Task]:
-        with self._lock:
-            gone = [t for t in self._tasks.values() if t.parent_session_id == parent_session_id]
-            for task in gone:
-                del self._tasks[task.id]
-            for notice in list(self._notices.values()):
-                if notice.parent_session_id == parent_session_id:
-                    del self._notices[notice.id]
-        return gone
-
-    def save_notice(self, notice: Notice) -> None:
-        with self._lock:
-            self._notices[notice.id] = notice.model_copy()
-
-    def notices(self, parent_session_id: str | None = None) -> list[Notice]:
-        # a Notice holds only immutable scalars: a shallow copy is a full one
-        with self._lock:
-            out = [
-                n.model_copy()
-                for n in self._notices.values()
-                if parent_session_id is None or n.parent_session_id == parent_session_id
-            ]
-        out.sort(key=lambda n: (n.created_at, n.id))
-        return out
-
-    def get_notice(self, notice_id: str) -> Notice | None:
-        with self._lock:
-            notice = self._notices.get(notice_id)
-            return None if notice is None else notice.model_copy()
-
-    def delete_notice(self, notice_id: str) -> None:
-        with self._lock:
-            self._notices.pop(notice_id, None)
-
-    def close(self) -> None:
-        return None
-
+from ..models import Notice, Task, TaskStatus
+from .base import Mutation
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
