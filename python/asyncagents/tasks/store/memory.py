@@ -13,10 +13,7 @@ from collections.abc import Collection
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import ACTIVE_STATUSES, Mutation
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
+from .rows import seconds_to_ms as _ms
 
 
 class InMemoryTaskStore:
