@@ -17,7 +17,9 @@ from ..models import Notice, Task
 log = logging.getLogger("asyncagents.tasks.store")
 
 
-def load_task(where: str, task_id: str, data: str, backend: str, owner: str | None) -> Task | None:
+def load_task(
+    where: str, task_id: str, data: str | bytes, backend: str, owner: str | None
+) -> Task | None:
     """The task of a row, or None (with a warning naming the store and the id) if it is broken."""
     try:
         task = Task.model_validate_json(data)
@@ -32,7 +34,7 @@ def load_task(where: str, task_id: str, data: str, backend: str, owner: str | No
 def load_notice(
     where: str,
     notice_id: str,
-    data: str,
+    data: str | bytes,
     backend: str,
     claimed_by: str | None,
     claim_expires_at: int | None,

@@ -78,8 +78,10 @@ _CURRENT_TABLES = {
     "leases": ["owner", "backend", "expires_at"],
 }
 
-_TASK_COLUMNS = "id, data, backend, owner"
-_NOTICE_COLUMNS = "id, data, backend, claimed_by, claim_expires_at, next_attempt_at"
+#: ``data`` travels as UTF-8 bytes both ways (SQLite converts to and from TEXT): no Python-side
+#: decode or encode of a large record while holding the interpreter lock
+_TASK_COLUMNS = "id, CAST(data AS BLOB), backend, owner"
+_NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at, next_attempt_at"
 _ACTIVE = tuple(sorted(s.value for s in ACTIVE_STATUSES))
 
 
@@ -250,7 +252,7 @@ class SQLiteTaskStore:
             task.session_id,
             task.status.value,
             task.created_at,
-            task.model_dump_json(),
+            task.__pydantic_serializer__.to_json(task),
             task.backend,
             task.owner,
             task.id,
@@ -277,7 +279,7 @@ class SQLiteTaskStore:
         def work(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
-                "backend, owner, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "backend, owner, id) VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?)",
                 self._task_values(task),
             )
 
@@ -316,7 +318,7 @@ class SQLiteTaskStore:
             new, notice = out
             db.execute(
                 "UPDATE tasks SET parent_session_id = ?, session_id = ?, status = ?, "
-                "created_at = ?, data = ?, backend = ?, owner = ? WHERE id = ?",
+                "created_at = ?, data = CAST(? AS TEXT), backend = ?, owner = ? WHERE id = ?",
                 self._task_values(new),
             )
             if notice is not None:
