@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from asyncagents.tasks import StoreError
 from asyncagents.tasks.store.postgres import SCHEMA_VERSION, PostgresTaskStore, redact_dsn
-from test_store_contract import make_notice, make_task
+from store_records import make_notice, make_task
 
 
 def relations(dsn: str, schema: str) -> dict[str, list[tuple[object, ...]]]:

@@ -25,7 +25,7 @@ from asyncagents.tasks import StoreError
 from asyncagents.tasks.models import Notice, NoticeKind, Task, TaskStatus, now_ms
 from asyncagents.tasks.store import SQLiteTaskStore
 from asyncagents.tasks.store.sqlite import APPLICATION_ID, SCHEMA_VERSION
-from test_store_contract import make_notice, make_task
+from store_records import make_notice, make_task
 
 IS_ROOT = os.geteuid() == 0
 

@@ -166,6 +166,8 @@ class PostgresTaskStore:
                 timeout=self.timeout,
                 kwargs=self._connect_kwargs(),
                 configure=self._configure,
+                # a connection broken by a server restart is replaced, not handed out
+                check=AsyncConnectionPool.check_connection,
                 open=False,
                 name=f"asyncagents-{self.schema}",
             )
