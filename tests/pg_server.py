@@ -108,13 +108,13 @@ class PostgresServer:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname} connect_timeout=10"
 
     def start(self, timeout: float = 60.0) -> PostgresServer:
-        data = self.dir / "data"
+        """Create the cluster and start the server on a free port."""
         init = subprocess.run(
             [
                 *self._as_user,
                 str(self.bindir / "initdb"),
                 "-D",
-                str(data),
+                str(self.data_dir),
                 "-U",
                 "postgres",
                 "--auth=trust",
@@ -131,37 +131,55 @@ class PostgresServer:
         )
         if init.returncode != 0:
             raise RuntimeError(f"initdb failed ({init.returncode}): {init.stderr.strip()}")
+        atexit.register(self.stop)
         for _attempt in range(3):  # a free port may be taken before the server binds it
             self.port = _free_port()
-            with open(self.log_path, "ab") as log:
-                self.process = subprocess.Popen(
-                    [
-                        *self._as_user,
-                        str(self.bindir / "postgres"),
-                        "-D",
-                        str(data),
-                        "-k",
-                        str(self.dir),
-                        "-p",
-                        str(self.port),
-                        "-c",
-                        "listen_addresses=127.0.0.1",
-                        "-c",
-                        "fsync=off",  # a throwaway test cluster: durability is not under test
-                        "-c",
-                        "max_connections=200",
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.dir,
-                    start_new_session=True,
-                )
-            atexit.register(self.stop)
-            if self._wait_ready(timeout):
+            if self._launch(timeout):
                 return self
-            self._terminate()
         raise RuntimeError(f"PostgreSQL did not start; its log:\n{self._log_tail()}")
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Start the stopped server again, on the same port and data (after `kill`)."""
+        if not self._launch(timeout):
+            raise RuntimeError(f"PostgreSQL did not restart; its log:\n{self._log_tail()}")
+
+    def kill(self) -> None:
+        """Stop the server (by its PID), keeping its data for `restart`."""
+        self._terminate()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+    def _launch(self, timeout: float) -> bool:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    *self._as_user,
+                    str(self.bindir / "postgres"),
+                    "-D",
+                    str(self.data_dir),
+                    "-k",
+                    str(self.dir),
+                    "-p",
+                    str(self.port),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",  # a throwaway test cluster: durability is not under test
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
+            )
+        if self._wait_ready(timeout):
+            return True
+        self._terminate()
+        return False
 
     def _wait_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

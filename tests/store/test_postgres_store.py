@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from asyncagents.tasks import StoreError
 from asyncagents.tasks.store.postgres import SCHEMA_VERSION, PostgresTaskStore, redact_dsn
+from pg_server import running_postgres
 from store_records import make_notice, make_task
 
 
@@ -158,3 +159,20 @@ async def test_a_50_mb_prompt_round_trips(pg_dsn: str) -> None:
     await store.insert(task)
     assert await store.get(task.id) == task
     await store.close()
+
+
+async def test_a_server_that_goes_away_raises_store_error_and_the_store_recovers() -> None:
+    """Its own server: this test stops it. Nothing stored before is lost across the restart."""
+    with running_postgres() as server:
+        dsn = server.create_database()
+        store = PostgresTaskStore(dsn, timeout=3, connect_timeout=2)
+        await store.insert(make_task("tsk_before"))
+        server.kill()
+        with pytest.raises(StoreError) as err:
+            await store.insert(make_task("tsk_during"))
+        assert redact_dsn(dsn) in str(err.value)
+        assert "inserting task tsk_during failed" in str(err.value)
+        server.restart()
+        await store.insert(make_task("tsk_after"))
+        assert [t.id for t in await store.list_tasks()] == ["tsk_after", "tsk_before"]
+        await store.close()

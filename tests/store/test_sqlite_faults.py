@@ -407,6 +407,44 @@ async def test_a_first_release_file_is_migrated_in_place_keeping_every_row(
     await reopened.close()
 
 
+async def test_a_migration_that_fails_leaves_the_first_release_file_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """The migration is one transaction: a step that fails undoes the steps before it."""
+    path = tmp_path / "tasks.db"
+    task = make_task("tsk_old", backend="")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.executescript(_OLD_SCHEMA)
+    # an index the migration also creates (by name): its CREATE INDEX fails halfway through
+    db.execute("CREATE INDEX tasks_owner ON tasks (status)")
+    db.execute(
+        "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?)",
+        (task.id, task.parent_session_id, None, "running", task.created_at, _old_json(task)),
+    )
+    db.close()
+
+    def content() -> tuple[object, ...]:
+        with sqlite3.connect(path) as check:
+            out = (
+                check.execute("PRAGMA user_version").fetchone(),
+                check.execute("PRAGMA application_id").fetchone(),
+                check.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall(),
+                check.execute("SELECT * FROM tasks").fetchall(),
+            )
+        check.close()
+        return out
+
+    before = content()
+    store = SQLiteTaskStore(path)
+    with pytest.raises(StoreError) as err:
+        await store.open()
+    assert str(path) in str(err.value)
+    assert "index tasks_owner already exists" in str(err.value)
+    await store.close()
+    assert content() == before
+
+
 async def test_a_new_file_gets_the_same_layout_as_a_migrated_one(tmp_path: Path) -> None:
     fresh, old = tmp_path / "fresh.db", tmp_path / "old.db"
     with sqlite3.connect(old) as db:

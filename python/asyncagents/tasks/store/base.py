@@ -23,8 +23,10 @@ from typing import Protocol
 
 from ..models import Notice, Task, TaskStatus
 
-#: `update`'s callback (sync, no I/O): the new task and an optional notice to save with it in the
-#: same transaction, or None to leave the row unchanged
+#: `update`'s callback: the new task and an optional notice to save with it in the same
+#: transaction, or None to leave the row unchanged. Sync and quick, without I/O: it runs while the
+#: row is locked (for SQLite in the store's worker thread), and an exception it raises rolls the
+#: transaction back and passes through unchanged
 Mutation = Callable[[Task], "tuple[Task, Notice | None] | None"]
 
 #: statuses whose task has a turn running: the ones an owner follows and `take_over` hands on
