@@ -85,6 +85,15 @@ _NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at
 _ACTIVE = tuple(sorted(s.value for s in ACTIVE_STATUSES))
 
 
+def _rollback(db: sqlite3.Connection) -> None:
+    """End a failed transaction; an error here is dropped, the original one says more."""
+    if db.in_transaction:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
 def _exec(sql: str, *args: Any) -> Callable[[sqlite3.Connection], None]:
     """Work that runs one statement and returns nothing."""
 
@@ -134,11 +143,7 @@ class SQLiteTaskStore:
                     out = work(db)
                     db.execute("COMMIT")
                 except BaseException:
-                    if db.in_transaction:
-                        try:
-                            db.execute("ROLLBACK")
-                        except sqlite3.Error:
-                            pass  # the original error says more; the connection stays usable
+                    _rollback(db)
                     raise
                 return out
             except sqlite3.Error as exc:
@@ -178,8 +183,7 @@ class SQLiteTaskStore:
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 db.execute("COMMIT")
             except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
+                _rollback(db)
                 raise
         except StoreError:
             db.close()
@@ -197,7 +201,7 @@ class SQLiteTaskStore:
             "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
         ).fetchall()
         tables = {
-            name: [c[1] for c in db.execute(f'PRAGMA table_info("{name}")')]
+            name: [c[1] for c in db.execute("SELECT * FROM pragma_table_info(?)", (name,))]
             for kind, name in objects
             if kind == "table"
         }
