@@ -1,8 +1,9 @@
 """SQLite store faults: full disk, read-only places, corrupt and foreign files, garbage rows, the
 first release's layout, and a 50 MB record that must not stall the event loop.
 
-Root ignores file permissions, so as root (CI) the read-only cases use a read-only tmpfs mount and
-the full disk a 512 KiB tmpfs; without root they use ``chmod`` and a file-size limit instead.
+Root ignores file permissions, so as root (CI) the read-only cases use a read-only tmpfs mount;
+without root they use ``chmod``. Running out of space is tested twice: a full 512 KiB tmpfs (where
+mounting is permitted) and a per-file size limit (everywhere).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import resource
 import signal
 import sqlite3
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,23 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
         _umount(path)
 
 
+def _can_mount() -> bool:
+    if not IS_ROOT:
+        return False
+    probe = Path(tempfile.mkdtemp(prefix="asyncagents-mount-"))
+    try:
+        with tmpfs(probe, "64k"):
+            return True
+    except OSError:
+        return False
+    finally:
+        probe.rmdir()
+
+
+CAN_MOUNT = _can_mount()
+NO_MOUNT = "mount is not permitted here (not root, or a container without CAP_SYS_ADMIN)"
+
+
 @contextmanager
 def read_only(path: Path) -> Iterator[None]:
     """Make the directory `path` read-only for this process (a remount as root, else chmod)."""
@@ -70,10 +89,12 @@ def read_only(path: Path) -> Iterator[None]:
 
 @pytest.fixture
 def small_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory on its own small filesystem (tmpfs) when we may mount one, else plain."""
+    """A directory on its own small filesystem (tmpfs) as root, a plain one otherwise."""
     if not IS_ROOT:
-        yield tmp_path / "plain"
+        yield tmp_path
         return
+    if not CAN_MOUNT:  # root ignores permissions: only a read-only mount is faithful
+        pytest.skip(f"{NO_MOUNT}; as root nothing else makes a directory read-only")
     with tmpfs(tmp_path / "mnt", "512k") as mnt:
         yield mnt
 
@@ -87,7 +108,7 @@ def snapshot(path: Path) -> tuple[bytes, int, list[str]]:
 
 @contextmanager
 def file_size_limit(limit: int) -> Iterator[None]:
-    """Without root: a per-file size limit (EFBIG) stands in for a full filesystem."""
+    """A per-file size limit (writes past it fail with EFBIG): running out of space in one file."""
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
@@ -98,51 +119,55 @@ def file_size_limit(limit: int) -> Iterator[None]:
         signal.signal(signal.SIGXFSZ, old_handler)
 
 
-async def test_full_disk_raises_store_error_loses_nothing_and_recovers(small_dir: Path) -> None:
-    small_dir.mkdir(exist_ok=True)
-    path = small_dir / "tasks.db"
-    filler = small_dir / "filler"
-    filler.write_bytes(b"\0" * 128 * 1024)
-    store = SQLiteTaskStore(path)
-    await store.open()
-    stored: list[Task] = []
-    failed: Task | None = None
-    limit = file_size_limit(600 * 1024) if not IS_ROOT else None
-    try:
-        if limit is not None:
-            limit.__enter__()
-        for i in range(400):
-            task = make_task(f"tsk_full_{i:04d}")
-            task.prompt = f"{i} " + "p" * 20_000
-            try:
-                await store.insert(task)
-            except StoreError as exc:
-                failed, message = task, str(exc)
-                break
-            stored.append(task)
-        assert failed is not None, "the disk never filled up"
-        assert str(path) in message
-        assert f"inserting task {failed.id}" in message
-        if IS_ROOT:
-            assert "database or disk is full" in message
-        # what was stored is intact and readable; the failed write left nothing behind
-        assert await store.get(failed.id) is None
-        assert [t.id for t in await store.list_tasks()] == [t.id for t in reversed(stored)]
-        with pytest.raises(StoreError):
-            await store.update(
-                stored[0].id, lambda t: (t.model_copy(update={"prompt": "q" * 300_000}), None)
+@pytest.mark.parametrize("fault", ["full_tmpfs", "file_size_limit"])
+async def test_out_of_space_raises_store_error_loses_nothing_and_recovers(
+    tmp_path: Path, fault: str
+) -> None:
+    if fault == "full_tmpfs" and not CAN_MOUNT:
+        pytest.skip(f"{NO_MOUNT}; the file_size_limit case runs out of space instead")
+    with ExitStack() as stack:
+        where = (
+            stack.enter_context(tmpfs(tmp_path / "mnt", "512k"))
+            if fault == "full_tmpfs"
+            else tmp_path
+        )
+        path = where / "tasks.db"
+        filler = where / "filler"
+        filler.write_bytes(b"\0" * 128 * 1024)
+        store = SQLiteTaskStore(path)
+        await store.open()
+        stored: list[Task] = []
+        failed: Task | None = None
+        with file_size_limit(600 * 1024) if fault == "file_size_limit" else nullcontext():
+            for i in range(400):
+                task = make_task(f"tsk_full_{i:04d}")
+                task.prompt = f"{i} " + "p" * 20_000
+                try:
+                    await store.insert(task)
+                except StoreError as exc:
+                    failed, message = task, str(exc)
+                    break
+                stored.append(task)
+            assert failed is not None, "the space never ran out"
+            assert message.startswith(
+                f"SQLite task store {path}: inserting task {failed.id} failed: "
             )
-        assert (await store.get(stored[0].id)) == stored[0]
-    finally:
-        if limit is not None:
-            limit.__exit__(None, None, None)
-    # space freed: the same store (same connection) works again
-    filler.unlink()
-    for task in stored[: len(stored) // 2]:
-        await store.update(task.id, lambda t: (t.model_copy(update={"prompt": "short"}), None))
-    await store.insert(failed)
-    assert (await store.get(failed.id)) == failed
-    await store.close()
+            if fault == "full_tmpfs":
+                assert message.endswith("database or disk is full")
+            # what was stored is intact and readable; the failed write left nothing behind
+            assert await store.get(failed.id) is None
+            assert [t.id for t in await store.list_tasks()] == [t.id for t in reversed(stored)]
+            grow = stored[0].model_copy(update={"prompt": "q" * 400_000})
+            with pytest.raises(StoreError):
+                await store.update(stored[0].id, lambda t: (grow, None))
+            assert (await store.get(stored[0].id)) == stored[0]
+        # space freed (or the limit lifted): the same store, same connection, works again
+        filler.unlink()
+        await store.update(stored[0].id, lambda t: (t.model_copy(update={"prompt": "short"}), None))
+        await store.insert(failed)
+        assert (await store.get(failed.id)) == failed
+        assert len(await store.list_tasks()) == len(stored) + 1
+        await store.close()
 
 
 # --- read-only places ----------------------------------------------------------------------------
