@@ -85,6 +85,11 @@ _NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at
 _ACTIVE = tuple(sorted(s.value for s in ACTIVE_STATUSES))
 
 
+def _json(record: Task | Notice) -> bytes:
+    """The record's JSON as UTF-8 bytes (stored as TEXT by ``CAST(? AS TEXT)``)."""
+    return record.__pydantic_serializer__.to_json(record)
+
+
 def _rollback(db: sqlite3.Connection) -> None:
     """End a failed transaction; an error here is dropped, the original one says more."""
     if db.in_transaction:
@@ -256,7 +261,7 @@ class SQLiteTaskStore:
             task.session_id,
             task.status.value,
             task.created_at,
-            task.__pydantic_serializer__.to_json(task),
+            _json(task),
             task.backend,
             task.owner,
             task.id,
@@ -266,11 +271,12 @@ class SQLiteTaskStore:
     def _save_notice(db: sqlite3.Connection, notice: Notice) -> None:
         db.execute(
             "INSERT OR REPLACE INTO notices (parent_session_id, created_at, data, backend, "
-            "claimed_by, claim_expires_at, next_attempt_at, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "claimed_by, claim_expires_at, next_attempt_at, id) "
+            "VALUES (?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?)",
             (
                 notice.parent_session_id,
                 notice.created_at,
-                notice.model_dump_json(),
+                _json(notice),
                 notice.backend,
                 notice.claimed_by,
                 notice.claim_expires_at,
@@ -474,12 +480,10 @@ class SQLiteTaskStore:
     async def release_notice(self, notice: Notice) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute(
-                "UPDATE notices SET data = ?, next_attempt_at = ?, claimed_by = NULL, "
-                "claim_expires_at = NULL WHERE id = ? AND claimed_by IS ?",
+                "UPDATE notices SET data = CAST(? AS TEXT), next_attempt_at = ?, "
+                "claimed_by = NULL, claim_expires_at = NULL WHERE id = ? AND claimed_by IS ?",
                 (
-                    notice.model_copy(
-                        update={"claimed_by": None, "claim_expires_at": None}
-                    ).model_dump_json(),
+                    _json(notice.model_copy(update={"claimed_by": None, "claim_expires_at": None})),
                     notice.next_attempt_at,
                     notice.id,
                     notice.claimed_by,
