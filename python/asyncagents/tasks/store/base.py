@@ -12,7 +12,8 @@ write never stalls other tasks. Guarantees shared by all stores:
   managers never deliver the same notice while its claim lives;
 - a row that cannot be loaded (garbage JSON, wrong types) is skipped with a logged warning by
   every listing, and `get`/`update`/`find_by_session` treat it as absent: one bad row never
-  makes a store unusable;
+  makes a store unusable (`ids_with_prefix` reads only ids, so it still lists its id, and
+  `delete_parent` removes it with its parent);
 - failures of the underlying database raise `StoreError` naming the file or DSN.
 """
 
@@ -57,7 +58,8 @@ class TaskStore(Protocol):
         """Up to `limit` task ids starting with `prefix` (sorted), of one parent when given."""
 
     async def update(self, task_id: str, mutate: Mutation) -> tuple[Task, Notice | None] | None:
-        """Atomically apply `mutate` to the stored task; None if absent or `mutate` declined."""
+        """Atomically apply `mutate` to the stored task; None if absent (or unloadable) or
+        `mutate` declined."""
 
     async def list_tasks(
         self,

@@ -4,7 +4,9 @@ One connection per store, used from a worker thread (`asyncio.to_thread`) under 
 large write never blocks the event loop. Every change is one ``BEGIN IMMEDIATE`` transaction:
 the write lock is taken up front, so concurrent processes on the same file queue
 (``busy_timeout``) instead of interleaving or deadlocking on a lock upgrade. This serialisation is
-what makes `take_over` and `claim_notices` hand each task and notice to one caller only.
+what makes `take_over` and `claim_notices` hand each task and notice to one caller only. A call
+whose caller is cancelled still finishes (or rolls back) its transaction in the thread: it is
+never cut off halfway.
 
 The file carries our ``application_id`` and a schema version in ``user_version``. `open` creates
 the schema in an empty file, migrates our own older layout (version 1: the two tables of the first
