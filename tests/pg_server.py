@@ -55,6 +55,11 @@ def ensure_bindir() -> Path:
     bindir = find_bindir()
     if bindir is not None:
         return bindir
+    if os.environ.get("ASYNCAGENTS_PG_BINDIR"):
+        raise RuntimeError(
+            f"ASYNCAGENTS_PG_BINDIR={os.environ['ASYNCAGENTS_PG_BINDIR']} holds no initdb and "
+            "postgres; unset it to use (or install) Debian's /usr/lib/postgresql/<ver>/bin"
+        )
     done = subprocess.run(
         ["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=900, check=False
     )
