@@ -509,8 +509,8 @@ async def test_a_50_mb_prompt_does_not_stall_the_event_loop(tmp_path: Path) -> N
 
     What remains on the loop's clock is the interpreter lock held by the JSON (de)serialisation of
     50 MB in pydantic-core (~0.1 s on a quiet machine); the old synchronous store blocked for the
-    whole call (3.9 s), i.e. the loop did not tick at all. Margins are generous: the machine is
-    loaded.
+    whole call (3.9 s), i.e. the loop did not tick at all during it: that is what the tick counts
+    catch. The bound on the longest gap is generous (2 s): the machine is loaded.
     """
     store = SQLiteTaskStore(tmp_path / "tasks.db")
     await store.open()
@@ -547,5 +547,5 @@ async def test_a_50_mb_prompt_does_not_stall_the_event_loop(tmp_path: Path) -> N
         await ticking
     assert got == task
     assert min(n_insert, n_get, n_update) >= 3, (n_insert, n_get, n_update)
-    assert max(gap_insert, gap_get, gap_update) < 1.0, (gap_insert, gap_get, gap_update)
+    assert max(gap_insert, gap_get, gap_update) < 2.0, (gap_insert, gap_get, gap_update)
     await store.close()

@@ -6,7 +6,9 @@ backend's name. Row locks make that safe: `update` reads the task ``FOR UPDATE``
 the same transaction; `take_over` and `claim_notices` pick and mark their rows in one statement
 with ``FOR UPDATE SKIP LOCKED``, so two managers never get the same task or notice, and neither
 waits for the other. Lease and claim times come from the database server's clock (epoch
-milliseconds), so hosts whose clocks disagree still agree on when a lease expired.
+milliseconds), so hosts whose clocks disagree still agree on when a lease expired; a notice is
+due when its ``next_attempt_at`` (set by the manager from its host's clock) is not after the
+server's now.
 
 The tables live in their own PostgreSQL schema (``asyncagents`` by default) with a version table
 of ours (``asyncagents_meta``). `open` creates them in an empty (or missing) schema and refuses a
