@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 from asyncagents.tasks import (
     InProcessBackend,
+    PromptRequest,
     SQLiteTaskStore,
     TaskManager,
     TaskManagerConfig,
     TaskNotFoundError,
     TaskStatus,
 )
+from asyncagents.tasks.backend import JSON
 from parent_notices import notices_in
 from polling import until
 from tasks_script import Script
@@ -64,11 +66,20 @@ async def test_two_backends_on_one_file_never_touch_each_others_tasks(tmp_path: 
     await store_b.close()
 
 
+class _SlowNotices(InProcessBackend):
+    """A parent takes 20 ms to store a notice, as a server does: deliveries overlap."""
+
+    async def prompt(self, session_id: str, request: PromptRequest) -> JSON:
+        if request.no_reply:
+            await asyncio.sleep(0.02)
+        return await super().prompt(session_id, request)
+
+
 async def test_two_managers_of_one_backend_deliver_every_notice_once(tmp_path: Path) -> None:
-    """Defect 2: two managers on one file and one server delivered some notices twice (read,
-    prompt, delete, with no claim between them)."""
+    """Defect 2: two managers on one file and one server delivered notices twice (read,
+    prompt, delete, with no claim between them): 120 for 60 tasks before the claims."""
     path = tmp_path / "shared.sqlite3"
-    backend = InProcessBackend(Script())
+    backend = _SlowNotices(Script())
     parents = [str((await backend.create_session())["id"]) for _ in range(3)]
     stores = [SQLiteTaskStore(path), SQLiteTaskStore(path)]
     config = _config(notice_interval=0.02)
