@@ -179,8 +179,16 @@ class TaskManager:
                 return
             await self.store.open()
             self._started = True
-            self.watcher.start()
-            await self.leases.start()
+            try:
+                self.watcher.start()
+                await self.leases.start()
+            except BaseException:
+                # a store failing at the first lease: leave nothing running, start again later
+                self._started = False
+                await self.leases.stop(drop_lease=False)
+                await self.watcher.stop()
+                await self.jobs.cancel_all()
+                raise
             self.courier.start()
             self.watcher.reconcile()
 
@@ -304,7 +312,12 @@ class TaskManager:
         if task.status.active:
             task.progress = await self.watcher.fresh_progress(task)
         elif task.result_retrieved_at is None:
-            marked = await self.recorder.apply(task.id, retrieved(task.turn), "task.updated")
+            try:
+                marked = await self.recorder.apply(task.id, retrieved(task.turn), "task.updated")
+            except StoreError as exc:
+                # the result is what was asked for; the mark is bookkeeping
+                log.warning("could not mark %s as read: %s", task.id, exc)
+                marked = None
             if marked is not None:
                 task = marked[0]
         return OutputResult(task=task, timed_out=timed_out, waited_seconds=waited)
