@@ -6,6 +6,8 @@
 agent-facing side. Importing this package does not load the Rust extension.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .backend import PromptRequest, SessionBackend
 from .errors import (
     BackendError,
@@ -18,6 +20,7 @@ from .errors import (
     ForkResumeConflictError,
     SessionExpiredError,
     SessionNotFoundError,
+    StoreError,
     TaskBeingResumedError,
     TaskError,
     TaskNotCompletedError,
@@ -42,6 +45,9 @@ from .tools import (
 )
 from .turns import TurnState, read_turn
 
+if TYPE_CHECKING:
+    from .store import PostgresTaskStore
+
 __all__ = [
     "DEFAULT_OUTPUT_TIMEOUT_SECONDS",
     "TOOLS",
@@ -63,12 +69,14 @@ __all__ = [
     "NoticeKind",
     "OpenCodeBackend",
     "OutputResult",
+    "PostgresTaskStore",
     "PromptRequest",
     "ProviderError",
     "SQLiteTaskStore",
     "SessionBackend",
     "SessionExpiredError",
     "SessionNotFoundError",
+    "StoreError",
     "Task",
     "TaskBeingResumedError",
     "TaskError",
@@ -87,3 +95,12 @@ __all__ = [
     "read_turn",
     "run_tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`PostgresTaskStore` on first use: psycopg is an optional dependency."""
+    if name == "PostgresTaskStore":
+        from . import store
+
+        return store.PostgresTaskStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

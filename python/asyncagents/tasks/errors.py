@@ -88,6 +88,13 @@ class TaskNotRunningError(TaskRequestError):
         self.status = status
 
 
+class StoreError(TaskError):
+    """The task store failed (unreachable, full, read-only, corrupt, or not ours).
+
+    The message names the file or the DSN (without its password) and what failed.
+    """
+
+
 class BackendError(TaskError):
     """The session server failed a call; nothing was changed on our side, a retry may work.
 

@@ -77,6 +77,10 @@ class Task(BaseModel):
     result_retrieved_at: int | None = None
     progress: TaskProgress = Field(default_factory=TaskProgress)
     fork_stats: dict[str, Any] | None = None
+    #: name of the backend (session server) the task runs on; other backends' managers skip it
+    backend: str = ""
+    #: instance id of the manager that follows the task (under its lease); None = nobody yet
+    owner: str | None = None
 
     @property
     def label(self) -> str:
@@ -108,6 +112,11 @@ class Notice(BaseModel):
     attempts: int = 0
     last_error: str | None = None
     next_attempt_at: int = 0
+    #: name of the backend the notice's task ran on; only its managers deliver it
+    backend: str = ""
+    #: manager instance that claimed the notice for delivery, until `claim_expires_at` (ms)
+    claimed_by: str | None = None
+    claim_expires_at: int | None = None
 
 
 class OutputResult(BaseModel):
