@@ -9,7 +9,9 @@ agent-facing side. Importing this package does not load the Rust extension.
 from typing import TYPE_CHECKING, Any
 
 from .backend import PromptRequest, SessionBackend
+from .config import TaskManagerConfig, WakeMode
 from .errors import (
+    AmbiguousTaskIdError,
     BackendError,
     BackendHTTPError,
     BackendProtocolError,
@@ -31,7 +33,16 @@ from .errors import (
 from .events import EventFollower
 from .inprocess import InProcessBackend, InProcessTurn, ProviderError
 from .manager import TaskManager, default_store_path
-from .models import Notice, NoticeKind, OutputResult, Task, TaskProgress, TaskStatus
+from .models import (
+    Notice,
+    NoticeKind,
+    OutputResult,
+    Task,
+    TaskChange,
+    TaskChangeKind,
+    TaskProgress,
+    TaskStatus,
+)
 from .notices import NoticeCourier
 from .opencode import OpenCodeBackend
 from .store import InMemoryTaskStore, SQLiteTaskStore, TaskStore
@@ -52,6 +63,7 @@ __all__ = [
     "DEFAULT_OUTPUT_TIMEOUT_SECONDS",
     "TOOLS",
     "TOOL_NAMES",
+    "AmbiguousTaskIdError",
     "BackendError",
     "BackendHTTPError",
     "BackendProtocolError",
@@ -79,8 +91,11 @@ __all__ = [
     "StoreError",
     "Task",
     "TaskBeingResumedError",
+    "TaskChange",
+    "TaskChangeKind",
     "TaskError",
     "TaskManager",
+    "TaskManagerConfig",
     "TaskNotCompletedError",
     "TaskNotFoundError",
     "TaskNotRunningError",
@@ -90,6 +105,7 @@ __all__ = [
     "TaskStore",
     "ToolDefinition",
     "TurnState",
+    "WakeMode",
     "default_store_path",
     "disabled_tools",
     "read_turn",

@@ -6,7 +6,7 @@ import itertools
 import os
 import time
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -97,6 +97,8 @@ class NoticeKind(str, Enum):
     COMPLETED = "completed"
     ERROR = "error"
     RESUME_COMPLETED = "resume_completed"
+    #: a follow-up failed or was aborted; the task is `completed` again with its last result
+    RESUME_FAILED = "resume_failed"
 
 
 class Notice(BaseModel):
@@ -125,3 +127,23 @@ class OutputResult(BaseModel):
     task: Task
     timed_out: bool = False
     waited_seconds: float = 0.0
+
+
+TaskChangeKind = Literal[
+    "task.created",
+    "task.updated",
+    "task.completed",
+    "task.error",
+    "task.cancelled",
+    "task.resumed",
+    "task.cleared",
+]
+
+
+class TaskChange(BaseModel):
+    """What a `TaskManager` listener receives after each stored change of a task."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: TaskChangeKind
+    task: Task
