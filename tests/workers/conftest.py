@@ -20,8 +20,9 @@ def fake_server() -> Iterator[FakeOpenCodeProcess]:
         yield server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
+    """One server for the session; each test gets its own database."""
     with running_postgres() as server:
         yield server
 

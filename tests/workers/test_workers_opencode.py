@@ -53,15 +53,17 @@ async def test_four_workers_on_opencode_none_lost_notices_once(
 ) -> None:
     parents = make_parents(opencode_url, PARENTS)
     with Workers() as workers:
-        for n in range(WORKERS):
-            workers.add(
+        workers.add_all(
+            [
                 WorkerProcess(
                     opencode_url,
                     store_args(store_kind, store_where),
                     *OPTIONS,
                     log_dir=tmp_path / f"w{n}",
                 )
-            )
+                for n in range(WORKERS)
+            ]
+        )
         for worker in workers.all:
             worker.launch(TASKS // WORKERS, parents, "job {i} of {worker}")
         launched_by: dict[str, str] = {}

@@ -41,15 +41,17 @@ async def test_four_workers_500_tasks_none_lost_notices_once(
 ) -> None:
     parents = make_parents(fake_server.url, PARENTS)
     with Workers() as workers:
-        for n in range(WORKERS):
-            workers.add(
+        workers.add_all(
+            [
                 WorkerProcess(
                     fake_server.url,
                     store_args(store_kind, store_where),
                     *OPTIONS,
                     log_dir=tmp_path / f"w{n}",
                 )
-            )
+                for n in range(WORKERS)
+            ]
+        )
         for worker in workers.all:
             worker.launch(TASKS // WORKERS, parents, PROMPT)
         for worker in workers.all:

@@ -68,7 +68,8 @@ class WorkerProcess:
     def instance_id(self) -> str:
         return str(self.ready["instance_id"])
 
-    def start(self, timeout: float = 60.0) -> WorkerProcess:
+    def start(self, timeout: float = 60.0, *, wait: bool = True) -> WorkerProcess:
+        """Start the process; with `wait`, wait for its ``ready`` line."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.stderr_path, "w") as stderr:
             self.process = subprocess.Popen(
@@ -82,6 +83,11 @@ class WorkerProcess:
             )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> WorkerProcess:
         self.ready = self.wait_for("ready", timeout=timeout)
         return self
 
@@ -159,6 +165,24 @@ class WorkerProcess:
             time.sleep(0.05)
         return self.of("launched")[before]
 
+    def completed(self) -> int:
+        """How many ``task.completed`` lines this worker printed."""
+        with self._changed:
+            return sum(
+                1 for e in self.events if e["event"] == "task" and e["kind"] == "task.completed"
+            )
+
+    def stats(self, timeout: float = 30.0) -> Event:
+        """A fresh stats line, asked for now."""
+        before = len(self.of("stats"))
+        self.send({"cmd": "stats"})
+        end = time.monotonic() + timeout
+        while len(self.of("stats")) <= before:
+            if time.monotonic() > end or (self.process is not None and self.process.poll()):
+                raise AssertionError(f"no stats within {timeout:g}s; {self.stderr_tail()}")
+            time.sleep(0.02)
+        return self.of("stats")[-1]
+
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM, and the exit status of the clean stop (fails if it does not exit)."""
         assert self.process is not None
@@ -207,6 +231,13 @@ class Workers:
         self.all.append(worker)
         return worker.start()
 
+    def add_all(self, workers: Sequence[WorkerProcess]) -> list[WorkerProcess]:
+        """Start them all at once, then wait until each is ready."""
+        for worker in workers:
+            self.all.append(worker)
+            worker.start(wait=False)
+        return [worker.wait_ready() for worker in workers]
+
     def stop(self) -> None:
         for worker in self.all:
             worker.stop()
@@ -216,6 +247,15 @@ class Workers:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str, every: float = 0.01) -> None:
+    """Poll `cond` (from a synchronous test or benchmark) until it holds; fail after `timeout`."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what}: not met within {timeout:g}s")
+        time.sleep(every)
 
 
 # --- the server side ----------------------------------------------------------------------------
