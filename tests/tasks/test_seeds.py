@@ -146,3 +146,31 @@ async def test_listeners_see_every_stored_change(
 
 async def _count(backend: InProcessBackend, parent: str, n: int) -> bool:
     return len(await notices_in(backend, parent)) >= n
+
+
+async def test_messages_of_the_child_turn_whole_or_tail(
+    manager: TaskManager, backend: InProcessBackend, parent: str
+) -> None:
+    backend.add_message(parent, "user", "context for the fork")
+    task = await manager.task(parent, "first", "explore", "messages", fork=True)
+    await manager.output(task.id, block=True, timeout=10)
+    await manager.task(parent, "second", resume=task.id[:-2])
+    await manager.output(task.id, block=True, timeout=5)
+
+    def texts(messages: list[dict[str, object]]) -> list[str]:
+        return [str(m["parts"][0]["text"])[:30] for m in messages]  # type: ignore[index]
+
+    whole = await manager.messages(task.id, full_session=True)
+    assert texts(whole)[1:] == ["first", "Reply to: first", "second", "Reply to: second"]
+    assert "<inherited_context>" in str(whole[0]["parts"][0]["text"])  # type: ignore[index]
+    assert texts(await manager.messages(task.id)) == ["second", "Reply to: second"]
+    since = str(whole[2]["info"]["id"])  # type: ignore[index]
+    assert texts(await manager.messages(task.id, since_message_id=since)) == [
+        "second",
+        "Reply to: second",
+    ]
+    tail = await manager.messages(task.id, full_session=True, message_limit=1)
+    assert texts(tail) == ["Reply to: second"]
+    assert await manager.messages(task.id, message_limit=0) == []
+    with pytest.raises(TaskNotFoundError):
+        await manager.messages(task.id, parent_session_id="ses_other")

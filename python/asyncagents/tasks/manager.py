@@ -50,7 +50,7 @@ from .recorder import Listener, Recorder
 from .registry import RunRegistry
 from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
-from .transitions import cancelled, resumed, retrieved
+from .transitions import cancelled, resumed, retrieved, started
 from .watcher import STALLED, Watcher, abort_quietly
 
 __all__ = [
@@ -179,8 +179,16 @@ class TaskManager:
                 return
             await self.store.open()
             self._started = True
-            self.watcher.start()
-            await self.leases.start()
+            try:
+                self.watcher.start()
+                await self.leases.start()
+            except BaseException:
+                # a store failing at the first lease: leave nothing running, start again later
+                self._started = False
+                await self.leases.stop(drop_lease=False)
+                await self.watcher.stop()
+                await self.jobs.cancel_all()
+                raise
             self.courier.start()
             self.watcher.reconcile()
 
@@ -304,7 +312,12 @@ class TaskManager:
         if task.status.active:
             task.progress = await self.watcher.fresh_progress(task)
         elif task.result_retrieved_at is None:
-            marked = await self.recorder.apply(task.id, retrieved(task.turn), "task.updated")
+            try:
+                marked = await self.recorder.apply(task.id, retrieved(task.turn), "task.updated")
+            except StoreError as exc:
+                # the result is what was asked for; the mark is bookkeeping
+                log.warning("could not mark %s as read: %s", task.id, exc)
+                marked = None
             if marked is not None:
                 task = marked[0]
         return OutputResult(task=task, timed_out=timed_out, waited_seconds=waited)
@@ -445,11 +458,38 @@ class TaskManager:
     async def _adopt(self, tasks: builtins.list[Task]) -> None:
         """Follow tasks taken over from a dead (or closed) manager."""
         for task in tasks:
+            if task.session_id is not None and task.turn_started_at is None:
+                task = await self._started_unrecorded(task) or task
             if task.session_id is None or task.turn_started_at is None:
                 # its manager stopped between accepting the task and starting the turn
                 await self.watcher.finish(task.id, task.turn, TaskStatus.ERROR, error=NOT_STARTED)
                 continue
             self.watcher.follow(task)
+
+    async def _started_unrecorded(self, task: Task) -> Task | None:
+        """The task, recorded as started, if its turn's prompt is in the child's messages (its
+        manager stopped after sending it, before storing that); None if it was never sent."""
+        assert task.session_id is not None
+        try:
+            messages = await self.backend.messages(task.session_id)
+        except BackendError as exc:
+            log.info("adopting %s: its messages cannot be read (%s)", task.id, exc)
+            return None
+        after = task.turn_after_message_id
+        previous: str | None = after
+        for message in messages:
+            info = message.get("info") or {}
+            message_id = str(info.get("id", ""))
+            if after is not None and message_id <= after:
+                continue
+            texts = [p.get("text") for p in message.get("parts") or () if isinstance(p, dict)]
+            if info.get("role") == "user" and task.last_prompt in texts:
+                out = await self.recorder.apply(
+                    task.id, started(task.turn, previous), "task.updated", background=True
+                )
+                return None if out is None else out[0]
+            previous = message_id
+        return None
 
     async def _running_tasks(self, parent_session_id: str) -> int:
         tasks = await self.store.list_tasks(

@@ -134,3 +134,33 @@ async def _count(backend: InProcessBackend, parent: str, n: int) -> bool:
 
 async def _none_pending(manager: TaskManager) -> bool:
     return not await manager.store.notices()
+
+
+async def test_a_turn_started_but_not_recorded_is_followed_by_the_next_manager(
+    script: Script,
+) -> None:
+    """The first manager sent the prompt, could not store that, and stopped: the next one
+    finds the prompt in the child's messages and follows the turn instead of failing it."""
+    backend = InProcessBackend(script)
+    parent = str((await backend.create_session())["id"])
+    store = FlakyStore()
+    first = TaskManager(backend, store, _config(store_retry_attempts=50, store_retry_max=0.05))
+    await first.start()
+    store.fail_updates = -1
+    forked = await first.task(parent, "[hold] forked", "explore", "unrecorded fork", fork=True)
+    plain = await first.task(parent, "[hold] plain", "explore", "unrecorded")
+    await until(lambda: len(script.seen) == 2)
+    await first.close()  # the launches were still retrying their 'started' writes
+    store.fail_updates = 0
+    for task in (forked, plain):
+        stored = await store.get(task.id)
+        assert stored is not None and stored.turn_started_at is None
+    async with TaskManager(backend, store, _config()) as second:
+        for task in (forked, plain):
+            adopted = (await second.output(task.id)).task
+            assert adopted.status is TaskStatus.RUNNING and adopted.turn_started_at is not None
+        script.release.set()
+        for task in (forked, plain):
+            out = await second.output(task.id, block=True, timeout=5)
+            assert out.task.status is TaskStatus.COMPLETED, out.task.error
+        assert (await second.output(forked.id)).task.result == "Reply to: [hold] forked"
