@@ -482,9 +482,20 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: OpenCode (Bun, ``idleTimeout: 0``) never closes an idle connection. uvicorn's default (5 s)
+#: equals httpx's keep-alive expiry, so a pooled connection could be reused just as the server
+#: closed it: ``ReadError`` on a POST, seen as launches failing under load in tests/workers
+KEEP_ALIVE = 600
+
+
 def _uvicorn(app: _FaultInjector) -> uvicorn.Server:
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, access_log=False
+        app,
+        log_level="warning",
+        lifespan="off",
+        timeout_graceful_shutdown=1,
+        access_log=False,
+        timeout_keep_alive=KEEP_ALIVE,
     )
     return uvicorn.Server(config)
 
