@@ -16,9 +16,7 @@ from asyncagents.tasks import (
     TaskManager,
     TaskStore,
 )
-from service_support import Responder
-
-TOKEN = "t" * 64
+from service_support import TOKEN, Responder
 
 
 @pytest.fixture

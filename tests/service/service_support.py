@@ -23,3 +23,7 @@ class Responder:
         if "[hold]" in turn.prompt:
             await self.release.wait()
         return "Reply to: " + turn.prompt
+
+
+#: the bearer token of the apps under test
+TOKEN = "t" * 64

@@ -6,7 +6,7 @@ import json
 
 import httpx
 from asyncagents.tasks import TaskManager
-from conftest import TOKEN
+from service_support import TOKEN
 
 
 async def test_health_needs_no_token(client: httpx.AsyncClient) -> None:
