@@ -347,6 +347,9 @@ async def run_tool(
 ) -> str:
     """Execute one tool call made by `session_id` (running as `agent`); always a text.
 
+    `agent` is the calling session's agent as the agent server reports it; the manager needs
+    none (a wake prompt runs as the parent's latest turn did), so it only goes to the log.
+
     `arguments` is what the model sent: a mapping, a JSON object string, or null for none;
     anything else is answered with an error text. When `interrupt` is set during a blocking
     asyncagents_output, the wait ends and the task's status is answered at once (a service
@@ -371,6 +374,6 @@ async def run_tool(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        log.exception("%s failed for session %s", name, session_id)
+        log.exception("%s failed for session %r (agent %r)", name, session_id, agent)
         text = format_unexpected(name, exc)
     return _valid_unicode(text)
