@@ -187,3 +187,30 @@ def test_a_port_in_use_fails_with_status_1(service: Service) -> None:
         )
     assert done.returncode == 1
     assert "address already in use" in done.stderr.lower()
+
+
+def test_a_bad_opencode_url_is_refused_and_a_down_one_warned(service: Service) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "python"),
+        "XDG_STATE_HOME": str(service.root / "state"),
+    }
+    for url in ("notaurl", "ftp://127.0.0.1:21"):
+        done = subprocess.run(
+            [sys.executable, "-m", "asyncagents", "serve", "--opencode", url],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2
+        assert done.stderr == (
+            f"asyncagents serve: --opencode {url!r} is not an http(s) URL with a host\n"
+        )
+    service.start()
+    status, out = service.stop()
+    assert status == 0
+    assert (
+        f"asyncagents serve: warning: OpenCode at {NO_OPENCODE} does not answer yet (ConnectError)"
+        "; tool calls fail until it does\n" in out
+    )
