@@ -261,8 +261,8 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
     task = await manager.task(
         session_id,
         args.prompt,
-        agent=args.agent or "",
-        description=args.description or "",
+        agent=args.agent,
+        description=args.description,
         fork=args.fork,
         resume=args.resume,
     )
