@@ -23,7 +23,6 @@ from e2e_support import AGENT, free_port, opencode_binary, until
 from fake_model import WAKE_TAG, FakeModel
 from parent_notices import texts
 from plugin_support import (
-    HAS_WAKE,
     PluginOpenCode,
     ServiceProcess,
     call,
@@ -117,9 +116,6 @@ async def test_opencode_offers_the_five_tools_with_types_and_optionality(
     assert offered["asyncagents_output"]["parameters"]["properties"]["timeout"]["maximum"] == 600
 
 
-@pytest.mark.xfail(
-    not HAS_WAKE, reason="the manager wakes parents only from branch `manager`", strict=True
-)
 async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
     service: ServiceProcess, oc: OpenCodeBackend
 ) -> None:
