@@ -180,7 +180,14 @@ def format_output(out: OutputResult) -> str:
         )
         return "\n".join(lines)
     if task.status is TaskStatus.COMPLETED:
-        return f"{head}\n\nResult:\n{task.result or '(the task finished without a text reply)'}"
+        text = f"{head}\n\nResult:\n{task.result or '(the task finished without a text reply)'}"
+        if task.error:
+            # a follow-up failed or was cancelled: the task keeps its last good result
+            text += (
+                f"\n\nThe last follow-up did not answer: {task.error}\nThe result above is from "
+                "before it; the task can be resumed again."
+            )
+        return text
     if task.status is TaskStatus.ERROR:
         return f"{head}\n\nError: {task.error}\nStart a new asyncagents_task to try again."
     return f"{head}\n\nThe task was cancelled" + (f": {task.error}" if task.error else ".")
@@ -197,7 +204,12 @@ def format_list(tasks: list[Task]) -> str:
 
 
 def format_cancelled(task: Task) -> str:
-    """Reply to asyncagents_cancel."""
+    """Reply to asyncagents_cancel (a cancelled follow-up leaves the task completed)."""
+    if task.status is TaskStatus.COMPLETED:
+        return (
+            f"Cancelled the follow-up of background task {task.label}: {task.description}\n"
+            "It is completed again with its previous result."
+        )
     return f"Cancelled background task {task.label}: {task.description}"
 
 
