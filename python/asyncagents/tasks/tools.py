@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -287,7 +287,7 @@ async def _output(
     args: OutputArguments,
     interrupt: asyncio.Event | None,
 ) -> str:
-    def read(block: bool) -> Any:
+    def read(block: bool) -> Awaitable[OutputResult]:
         return manager.output(
             args.task_id, block=block, timeout=args.timeout, parent_session_id=session_id
         )
@@ -309,7 +309,9 @@ async def _output(
 
 
 async def _unless_interrupted(
-    wait: Any, interrupt: asyncio.Event, instead: Callable[[], Any]
+    wait: Awaitable[OutputResult],
+    interrupt: asyncio.Event,
+    instead: Callable[[], Awaitable[OutputResult]],
 ) -> OutputResult:
     """Await `wait`; if `interrupt` is set first, cancel it and await `instead()`."""
     job = asyncio.ensure_future(wait)
@@ -318,16 +320,12 @@ async def _unless_interrupted(
         await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.cancel()
-    if job.done():
-        result: OutputResult = job.result()
-        return result
-    job.cancel()
-    try:
-        await job
-    except asyncio.CancelledError:
-        pass
-    result = await instead()
-    return result
+        if not job.done():
+            job.cancel()
+            await asyncio.wait({job})
+    if not job.cancelled():
+        return job.result()
+    return await instead()
 
 
 async def _dispatch(
