@@ -214,3 +214,20 @@ def test_a_bad_opencode_url_is_refused_and_a_down_one_warned(service: Service) -
         f"asyncagents serve: warning: OpenCode at {NO_OPENCODE} does not answer yet (ConnectError)"
         "; tool calls fail until it does\n" in out
     )
+
+
+@pytest.mark.parametrize("wake", ["each", "all_done", "never"])
+async def test_wake_goes_to_the_managers_config(tmp_path: Path, wake: str) -> None:
+    from asyncagents.service.server import ServeOptions, build_manager
+
+    options = ServeOptions(
+        opencode_url=NO_OPENCODE,
+        store_path=tmp_path / "tasks.sqlite3",
+        wake=wake,  # type: ignore[arg-type]
+    )
+    manager = build_manager(options)
+    try:
+        assert manager.config.wake == wake
+        assert manager.backend_name == NO_OPENCODE
+    finally:
+        await manager.aclose()
