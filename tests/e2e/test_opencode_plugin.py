@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -117,7 +118,7 @@ async def test_opencode_offers_the_five_tools_with_types_and_optionality(
 
 
 async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
-    service: ServiceProcess, oc: OpenCodeBackend
+    service: ServiceProcess, oc: OpenCodeBackend, fake_model: FakeModel
 ) -> None:
     parent = await new_parent(oc)
     await say_to(oc, parent, "The secret word is heliotrope. Remember it.")
@@ -155,6 +156,24 @@ async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
         read == f"Task {task_id} (forked) [completed] build: forked look\n\nResult:\ncontext-seen"
     )
     assert [t for _, t in await notices_of(oc, parent)] == [task_id]
+    # the parent's model was offered the plugin's tools, the child's was not (tools: false)
+    child_prompt = "[fake:context] what do you know?"
+    offered = [
+        {t["function"]["name"] for t in r.get("tools") or ()}
+        for r in list(fake_model.requests)
+        if _last_user(r).startswith(child_prompt) or WAKE_TAG in _last_user(r)
+    ]
+    as_child = [names for names in offered if "bash" in names and "asyncagents_task" not in names]
+    as_parent = [names for names in offered if "asyncagents_task" in names]
+    assert as_child and as_parent, offered
+
+
+def _last_user(request: dict[str, Any]) -> str:
+    users = [m for m in request.get("messages") or () if m.get("role") == "user"]
+    content = users[-1].get("content") if users else ""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content)
 
 
 async def test_list_cancel_and_clear_through_the_plugin(
