@@ -9,6 +9,7 @@ directly: every task is started by the model calling a plugin tool.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import time
@@ -205,6 +206,14 @@ async def test_list_cancel_and_clear_through_the_plugin(
         f"Task {task_id} [cancelled] build: slow one\n\nThe task was cancelled: cancelled by the "
         "parent"
     )
+    await say_to(
+        oc, parent, call("asyncagents_output", {"task_id": task_id, "full_session": "TRUE"})
+    )
+    full = (await tool_outputs(oc, parent, "asyncagents_output"))[-1]
+    head, conversation = full.split("\n\nConversation (", 1)
+    assert head.startswith(f"Task {task_id} [cancelled] build: slow one")
+    assert re.search(r"^\[msg_\w+\] user\n\[fake:slow\] take your time$", conversation, re.M)
+    assert "[error] MessageAbortedError" in conversation
     await say_to(oc, parent, call("asyncagents_clear", {}))
     assert (await tool_outputs(oc, parent, "asyncagents_clear"))[-1] == (
         "Cleared 1 background task(s); 0 running one(s) aborted."
