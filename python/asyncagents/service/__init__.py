@@ -1,0 +1,1 @@
+"""The asyncagents HTTP service."""

@@ -1,0 +1,55 @@
+"""Fixtures for the task API: a real `TaskManager` on an `InProcessBackend`, served through
+the ASGI transport (no socket)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from asyncagents.service.api import DashboardApi
+from asyncagents.tasks import InMemoryTaskStore, InProcessBackend, TaskManager
+from dash_support import TOKEN, Script
+from starlette.applications import Starlette
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script()
+
+
+@pytest.fixture
+def backend(script: Script) -> InProcessBackend:
+    return InProcessBackend(script)
+
+
+@pytest.fixture
+async def manager(backend: InProcessBackend) -> AsyncIterator[TaskManager]:
+    store = InMemoryTaskStore()
+    async with TaskManager(backend, store, poll_interval=0.2, notice_retry_initial=0.05) as mgr:
+        await asyncio.wait_for(mgr.events.connected.wait(), 5)
+        yield mgr
+
+
+@pytest.fixture
+async def parent(backend: InProcessBackend) -> str:
+    session = await backend.create_session(title="parent")
+    return str(session["id"])
+
+
+@pytest.fixture
+def dashboard(manager: TaskManager) -> DashboardApi:
+    return DashboardApi(manager, token=TOKEN)
+
+
+@pytest.fixture
+async def client(dashboard: DashboardApi) -> AsyncIterator[httpx.AsyncClient]:
+    app = Starlette(routes=dashboard.routes)
+    transport = httpx.ASGITransport(app=app)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://dash.test", headers=headers
+    ) as http:
+        yield http
+    dashboard.close()
