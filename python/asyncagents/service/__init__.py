@@ -1,1 +1,16 @@
-"""The asyncagents HTTP service."""
+"""``asyncagents serve``: the task manager as an HTTP service for the OpenCode plugin."""
+
+from .app import HEALTH_PATH, begin_drain, create_app
+from .auth import TokenFileError, default_token_path, load_or_create_token, state_dir
+from .state import ServiceState
+
+__all__ = [
+    "HEALTH_PATH",
+    "ServiceState",
+    "TokenFileError",
+    "begin_drain",
+    "create_app",
+    "default_token_path",
+    "load_or_create_token",
+    "state_dir",
+]

@@ -1,26 +1,51 @@
-"""The agent-facing side: tool definitions (name, description, JSON Schema) and their texts.
+"""The agent-facing side: the five tools (name, description, JSON Schema) and their texts.
 
-`run_tool` executes one tool call for the session that made it and always returns text: a
-`TaskError` becomes its message, which tells the agent what to do instead.
+`run_tool` executes one tool call for the session that made it and always returns text, whatever
+the arguments, the server or the store do: bad arguments come back as one problem per field
+(see `tool_args`), a `TaskError` as its message (which tells the agent what to do instead), and
+anything unexpected as a text saying the outcome is unknown.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .errors import TaskError, TaskRequestError
+from .conversation import read_conversation
+from .errors import TaskError
 from .models import OutputResult, Task, TaskStatus, now_ms
+from .tool_args import (
+    DEFAULT_OUTPUT_TIMEOUT_SECONDS,
+    MAX_OUTPUT_TIMEOUT_SECONDS,
+    CancelArguments,
+    ClearArguments,
+    ListArguments,
+    OutputArguments,
+    TaskArguments,
+    ToolArguments,
+    describe_problems,
+    parse_arguments,
+    tool_parameters,
+)
 
 if TYPE_CHECKING:
     from .manager import TaskManager
 
-#: the one default wait of asyncagents_output(block=true), in code and in its description
-DEFAULT_OUTPUT_TIMEOUT_SECONDS = 120.0
-#: the longest wait a caller may ask for
-MAX_OUTPUT_TIMEOUT_SECONDS = 600.0
+__all__ = [
+    "DEFAULT_OUTPUT_TIMEOUT_SECONDS",
+    "MAX_OUTPUT_TIMEOUT_SECONDS",
+    "TOOLS",
+    "TOOL_NAMES",
+    "ToolDefinition",
+    "disabled_tools",
+    "run_tool",
+]
+
+log = logging.getLogger(__name__)
 
 TASK = "asyncagents_task"
 OUTPUT = "asyncagents_output"
@@ -58,25 +83,7 @@ TASK_TOOL = ToolDefinition(
         "resume=<task id> sends a follow-up prompt to a completed task, which keeps its "
         "history; fork and resume cannot be combined. Children cannot start tasks themselves."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "prompt": {"type": "string", "description": "Full instructions for the sub-agent."},
-            "agent": {"type": "string", "description": "Agent to run (new tasks)."},
-            "description": {"type": "string", "description": "Short (3-5 words) task label."},
-            "fork": {
-                "type": "boolean",
-                "default": False,
-                "description": "Give the child a copy of this conversation's context.",
-            },
-            "resume": {
-                "type": "string",
-                "description": "Id of a completed task to continue with `prompt`.",
-            },
-        },
-        "required": ["prompt"],
-        "additionalProperties": False,
-    },
+    parameters=tool_parameters(TaskArguments),
 )
 
 OUTPUT_TOOL = ToolDefinition(
@@ -85,24 +92,11 @@ OUTPUT_TOOL = ToolDefinition(
         "Read a background task: its status, and its result once it has ended; for a running "
         "task, its progress (tool calls so far, last activity). Non-blocking by default. "
         f"block=true waits until the task (or a resume) finishes, at most `timeout` seconds "
-        f"(default {_T}); after a timeout the task keeps running and you can call again."
+        f"(default {_T}); after a timeout the task keeps running and you can call again. "
+        "full_session=true also returns the child's whole conversation; since_message_id "
+        "only its messages after that id; message_limit only its latest messages."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "task_id": {"type": "string", "description": "The task id."},
-            "block": {"type": "boolean", "default": False, "description": "Wait for the end."},
-            "timeout": {
-                "type": "number",
-                "default": DEFAULT_OUTPUT_TIMEOUT_SECONDS,
-                "minimum": 0,
-                "maximum": MAX_OUTPUT_TIMEOUT_SECONDS,
-                "description": f"Seconds to wait when block=true (default {_T}).",
-            },
-        },
-        "required": ["task_id"],
-        "additionalProperties": False,
-    },
+    parameters=tool_parameters(OutputArguments),
 )
 
 LIST_TOOL = ToolDefinition(
@@ -111,28 +105,13 @@ LIST_TOOL = ToolDefinition(
         "List the background tasks started from this session, newest first, with their status. "
         "(forked) and (resumed) after an id mark forked and resumed tasks."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "status": {
-                "type": "string",
-                "enum": [s.value for s in TaskStatus],
-                "description": "Only tasks with this status.",
-            }
-        },
-        "additionalProperties": False,
-    },
+    parameters=tool_parameters(ListArguments),
 )
 
 CANCEL_TOOL = ToolDefinition(
     name=CANCEL,
     description="Cancel a running background task: its run is aborted and it ends as cancelled.",
-    parameters={
-        "type": "object",
-        "properties": {"task_id": {"type": "string", "description": "The task id."}},
-        "required": ["task_id"],
-        "additionalProperties": False,
-    },
+    parameters=tool_parameters(CancelArguments),
 )
 
 CLEAR_TOOL = ToolDefinition(
@@ -141,10 +120,19 @@ CLEAR_TOOL = ToolDefinition(
         "Remove every background task of this session: running ones are aborted, and their "
         "ids and results are gone (they cannot be read or resumed afterwards)."
     ),
-    parameters={"type": "object", "properties": {}, "additionalProperties": False},
+    parameters=tool_parameters(ClearArguments),
 )
 
 TOOLS: tuple[ToolDefinition, ...] = (TASK_TOOL, OUTPUT_TOOL, LIST_TOOL, CANCEL_TOOL, CLEAR_TOOL)
+
+#: each tool's argument model
+ARGUMENTS: dict[str, type[ToolArguments]] = {
+    TASK: TaskArguments,
+    OUTPUT: OutputArguments,
+    LIST: ListArguments,
+    CANCEL: CancelArguments,
+    CLEAR: ClearArguments,
+}
 
 
 def _ago(ms: int | None, now: int) -> str:
@@ -221,63 +209,152 @@ def format_cleared(tasks: list[Task]) -> str:
     return f"Cleared {len(tasks)} background task(s); {aborted} running one(s) aborted."
 
 
-def _str(args: Mapping[str, Any], key: str, required: bool = False) -> str | None:
-    value = args.get(key)
-    if value is None or value == "":
-        if required:
-            raise TaskRequestError(f"{key} is required.")
-        return None
-    if not isinstance(value, str):
-        raise TaskRequestError(f"{key} must be a string.")
-    return value
+def format_bad_arguments(tool: str, exc: ValidationError) -> str:
+    """Reply to a call whose arguments do not validate: every problem, naming its field."""
+    return describe_problems(tool, ARGUMENTS[tool], exc)
+
+
+def format_unknown_tool(name: str) -> str:
+    """Reply to a call of a tool that does not exist."""
+    return f"Error: unknown tool {name!r}; the task tools are {', '.join(TOOL_NAMES)}."
+
+
+def format_unexpected(tool: str, exc: BaseException) -> str:
+    """Reply when a call failed in a way no error type foresaw: its outcome is unknown."""
+    return (
+        f"Error: {tool} failed unexpectedly ({type(exc).__name__}: {_safe_str(exc)}). "
+        "Call asyncagents_list to see whether it took effect before trying again."
+    )
+
+
+def _safe_str(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return "(no message)"
+
+
+def _valid_unicode(text: str) -> str:
+    """`text` with any lone surrogate replaced (the answer must encode as UTF-8)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> str:
+    task = await manager.task(
+        session_id,
+        args.prompt,
+        agent=args.agent or "",
+        description=args.description or "",
+        fork=args.fork,
+        resume=args.resume,
+    )
+    return format_started(task)
+
+
+async def _output(
+    manager: TaskManager,
+    session_id: str,
+    args: OutputArguments,
+    interrupt: asyncio.Event | None,
+) -> str:
+    def read(block: bool) -> Any:
+        return manager.output(
+            args.task_id, block=block, timeout=args.timeout, parent_session_id=session_id
+        )
+
+    if args.block and interrupt is not None:
+        out = await _unless_interrupted(read(True), interrupt, lambda: read(False))
+    else:
+        out = await read(args.block)
+    text = format_output(out)
+    if args.wants_conversation and out.task.session_id:
+        conversation = await read_conversation(
+            manager.backend,
+            out.task.session_id,
+            since_message_id=args.since_message_id,
+            message_limit=args.message_limit,
+        )
+        text = f"{text}\n\n{conversation}"
+    return text
+
+
+async def _unless_interrupted(
+    wait: Any, interrupt: asyncio.Event, instead: Callable[[], Any]
+) -> OutputResult:
+    """Await `wait`; if `interrupt` is set first, cancel it and await `instead()`."""
+    job = asyncio.ensure_future(wait)
+    stop = asyncio.ensure_future(interrupt.wait())
+    try:
+        await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if job.done():
+        result: OutputResult = job.result()
+        return result
+    job.cancel()
+    try:
+        await job
+    except asyncio.CancelledError:
+        pass
+    result = await instead()
+    return result
+
+
+async def _dispatch(
+    manager: TaskManager,
+    session_id: str,
+    name: str,
+    args: ToolArguments,
+    interrupt: asyncio.Event | None,
+) -> str:
+    if isinstance(args, TaskArguments):
+        return await _task(manager, session_id, args)
+    if isinstance(args, OutputArguments):
+        return await _output(manager, session_id, args, interrupt)
+    if isinstance(args, ListArguments):
+        return format_list(await manager.list(session_id, status=args.status))
+    if isinstance(args, CancelArguments):
+        return format_cancelled(await manager.cancel(args.task_id, parent_session_id=session_id))
+    return format_cleared(await manager.clear(session_id))
 
 
 async def run_tool(
-    manager: TaskManager, session_id: str, name: str, arguments: Mapping[str, Any]
+    manager: TaskManager,
+    session_id: str,
+    name: str,
+    arguments: Any,
+    *,
+    agent: str | None = None,
+    interrupt: asyncio.Event | None = None,
 ) -> str:
-    """Execute one tool call made by `session_id`; errors come back as the agent's text."""
+    """Execute one tool call made by `session_id` (running as `agent`); always a text.
+
+    `arguments` is what the model sent: a mapping, a JSON object string, or null for none;
+    anything else is answered with an error text. When `interrupt` is set during a blocking
+    asyncagents_output, the wait ends and the task's status is answered at once (a service
+    that is stopping answers its calls in flight).
+    """
     try:
-        if name == TASK:
-            resume = _str(arguments, "resume")
-            prompt = _str(arguments, "prompt", required=True)
-            assert prompt is not None
-            task = await manager.task(
-                session_id,
-                prompt,
-                _str(arguments, "agent", required=resume is None) or "",
-                _str(arguments, "description", required=resume is None) or "",
-                fork=bool(arguments.get("fork", False)),
-                resume=resume,
-            )
-            return format_started(task)
-        if name == OUTPUT:
-            task_id = _str(arguments, "task_id", required=True)
-            assert task_id is not None
-            timeout = float(arguments.get("timeout", DEFAULT_OUTPUT_TIMEOUT_SECONDS))
-            out = await manager.output(
-                task_id,
-                block=bool(arguments.get("block", False)),
-                timeout=min(max(timeout, 0.0), MAX_OUTPUT_TIMEOUT_SECONDS),
-                parent_session_id=session_id,
-            )
-            return format_output(out)
-        if name == LIST:
-            status = _str(arguments, "status")
-            try:
-                wanted = TaskStatus(status) if status else None
-            except ValueError:
-                raise TaskRequestError(
-                    f"status must be one of {', '.join(s.value for s in TaskStatus)}."
-                ) from None
-            return format_list(await manager.list(session_id, status=wanted))
-        if name == CANCEL:
-            task_id = _str(arguments, "task_id", required=True)
-            assert task_id is not None
-            return format_cancelled(await manager.cancel(task_id, parent_session_id=session_id))
-        if name == CLEAR:
-            return format_cleared(await manager.clear(session_id))
-        raise TaskRequestError(
-            f"Unknown tool {name!r}; the task tools are {', '.join(TOOL_NAMES)}."
-        )
+        model = ARGUMENTS.get(name)
+        if model is None:
+            return format_unknown_tool(name)
+        parsed = parse_arguments(name, arguments)
+        if isinstance(parsed, str):
+            return parsed
+        try:
+            args = model.model_validate(parsed)
+        except ValidationError as exc:
+            return format_bad_arguments(name, exc)
+        text = await _dispatch(manager, session_id, name, args, interrupt)
     except TaskError as exc:
-        return f"Error: {exc}"
+        text = f"Error: {_safe_str(exc)}"
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("%s failed for session %s", name, session_id)
+        text = format_unexpected(name, exc)
+    return _valid_unicode(text)

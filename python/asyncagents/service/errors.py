@@ -1,0 +1,48 @@
+"""HTTP errors of the service as JSON ``{error, detail}``, for every route and status."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+#: short machine-readable codes by HTTP status, for errors raised by Starlette itself
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    422: "invalid_body",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+def error_response(
+    status: int, error: str, detail: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """``{"error": error, "detail": detail}`` with `status`."""
+    return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+
+
+async def http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own HTTP errors (unknown route, wrong method...) in the JSON shape."""
+    assert isinstance(exc, HTTPException)
+    code = _CODES.get(exc.status_code, "http_error")
+    detail = exc.detail
+    if exc.status_code == 404:
+        detail = f"No route {request.method} {request.url.path}."
+    elif exc.status_code == 405:
+        detail = f"{request.url.path} does not take {request.method}."
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(exc.status_code, code, str(detail), headers)
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    """An unexpected failure of a route: a JSON 500 naming the exception type."""
+    return error_response(
+        500, "internal_error", f"{type(exc).__name__} while serving {request.url.path}."
+    )

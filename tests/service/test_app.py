@@ -1,0 +1,121 @@
+"""The HTTP surface of ``asyncagents serve``: health, tool calls, token, errors as JSON."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from asyncagents.tasks import TaskManager
+from service_support import TOKEN
+
+
+async def test_health_needs_no_token(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/health", headers={"authorization": ""})
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+async def test_tool_call_answers_the_tools_text(client: httpx.AsyncClient, parent: str) -> None:
+    response = await client.post(
+        "/v1/tools/asyncagents_list",
+        json={"session_id": parent, "agent": "build", "arguments": {}},
+    )
+    assert response.status_code == 200
+    assert response.json() == {"text": "No background tasks found"}
+
+
+async def test_launch_through_the_route_then_read_it(
+    client: httpx.AsyncClient, manager: TaskManager, parent: str
+) -> None:
+    response = await client.post(
+        "/v1/tools/asyncagents_task",
+        json={
+            "session_id": parent,
+            "agent": "build",
+            "arguments": {"prompt": "do it", "agent": "build", "description": "a job"},
+        },
+    )
+    assert response.status_code == 200
+    (task,) = await manager.list(parent)
+    assert response.json()["text"].startswith(f"Background task started: {task.id}\n")
+    response = await client.post(
+        "/v1/tools/asyncagents_output",
+        json={"session_id": parent, "arguments": {"task_id": task.id, "block": "true"}},
+    )
+    assert response.json()["text"] == (
+        f"Task {task.id} [completed] build: a job\n\nResult:\nReply to: do it"
+    )
+
+
+async def test_a_tools_own_problem_is_200_with_a_text(
+    client: httpx.AsyncClient, parent: str
+) -> None:
+    response = await client.post(
+        "/v1/tools/asyncagents_nope", json={"session_id": parent, "arguments": {}}
+    )
+    assert response.status_code == 200
+    assert response.json() == {
+        "text": "Error: unknown tool 'asyncagents_nope'; the task tools are asyncagents_task, "
+        "asyncagents_output, asyncagents_list, asyncagents_cancel, asyncagents_clear."
+    }
+
+
+async def test_missing_or_wrong_token_is_401(client: httpx.AsyncClient, parent: str) -> None:
+    body = {"session_id": parent, "arguments": {}}
+    for header in ("", "Bearer wrong", f"Basic {TOKEN}", TOKEN):
+        response = await client.post(
+            "/v1/tools/asyncagents_list", json=body, headers={"authorization": header}
+        )
+        assert response.status_code == 401, header
+        assert response.json()["error"] == "unauthorized"
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+async def test_unknown_route_and_method_are_json_errors(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/nothing")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "detail": "No route GET /v1/nothing."}
+    response = await client.get("/v1/tools/asyncagents_list")
+    assert response.status_code == 405
+    assert response.json() == {
+        "error": "method_not_allowed",
+        "detail": "/v1/tools/asyncagents_list does not take GET.",
+    }
+
+
+async def test_malformed_bodies_are_422(client: httpx.AsyncClient, parent: str) -> None:
+    url = "/v1/tools/asyncagents_list"
+    response = await client.post(url, content=b"{not json")
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_body"
+    assert response.json()["detail"].startswith("The body is not valid JSON: ")
+    cases = {
+        json.dumps({"arguments": {}}): "session_id: Field required",
+        json.dumps({"session_id": ""}): "session_id: String should have at least 1 character",
+        json.dumps({"session_id": 5}): "session_id: Input should be a valid string",
+        json.dumps([1, 2]): "(body): Input should be a valid dictionary or instance of ToolCall",
+        json.dumps({"session_id": parent, "x": 1}): "x: Extra inputs are not permitted",
+    }
+    for body, detail in cases.items():
+        response = await client.post(url, content=body.encode())
+        assert response.status_code == 422, body
+        assert response.json() == {"error": "invalid_body", "detail": detail}
+
+
+async def test_a_body_over_the_cap_is_413(client: httpx.AsyncClient, parent: str) -> None:
+    body = {"session_id": parent, "arguments": {"prompt": "x" * 70_000}}
+    response = await client.post("/v1/tools/asyncagents_task", json=body)
+    assert response.status_code == 413
+    assert response.json() == {
+        "error": "body_too_large",
+        "detail": "The request body is over the service's limit of 65536 bytes.",
+    }
+
+
+async def test_a_streamed_body_over_the_cap_is_413(client: httpx.AsyncClient) -> None:
+    async def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(20):
+            yield b"x" * 8192
+
+    response = await client.post("/v1/tools/asyncagents_task", content=chunks())
+    assert response.status_code == 413
