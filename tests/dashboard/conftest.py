@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from asyncagents.service.api import DashboardApi
+from asyncagents.service import begin_drain, create_app
 from asyncagents.tasks import InMemoryTaskStore, InProcessBackend, TaskManager
 from dash_support import TOKEN, Script
 from starlette.applications import Starlette
@@ -39,17 +39,17 @@ async def parent(backend: InProcessBackend) -> str:
 
 
 @pytest.fixture
-def dashboard(manager: TaskManager) -> DashboardApi:
-    return DashboardApi(manager, token=TOKEN)
+def app(manager: TaskManager) -> Starlette:
+    """The service's own app (its token middleware, its error handlers) with the dashboard."""
+    return create_app(manager, token=TOKEN, manage_manager=False)
 
 
 @pytest.fixture
-async def client(dashboard: DashboardApi) -> AsyncIterator[httpx.AsyncClient]:
-    app = Starlette(routes=dashboard.routes)
+async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(
         transport=transport, base_url="http://dash.test", headers=headers
     ) as http:
         yield http
-    dashboard.close()
+    begin_drain(app)

@@ -7,9 +7,10 @@ from typing import Any
 
 import httpx
 import pytest
-from asyncagents.service.api import STATIC_DIR, DashboardApi
+from asyncagents.service.api import STATIC_DIR, UNAUTHORIZED, DashboardApi
 from asyncagents.tasks import Task, TaskManager
 from dash_support import TOKEN, Script, wait_for
+from starlette.applications import Starlette
 from starlette.routing import Route
 
 
@@ -63,18 +64,25 @@ ROUTES = [
 async def test_every_api_route_needs_the_token(
     client: httpx.AsyncClient, method: str, path: str
 ) -> None:
-    missing = await client.request(method, path, headers={"Authorization": ""})
-    assert missing.status_code == 401
-    assert missing.json() == {
-        "error": "unauthorized",
-        "detail": "missing bearer token (Authorization header)",
-    }
-    assert missing.headers["www-authenticate"] == "Bearer"
-    wrong = await client.request(method, path, headers={"Authorization": "Bearer nope"})
-    assert wrong.status_code == 401
-    assert wrong.json() == {"error": "unauthorized", "detail": "wrong bearer token"}
-    basic = await client.request(method, path, headers={"Authorization": f"Basic {TOKEN}"})
-    assert basic.status_code == 401
+    for header in ("", "Bearer nope", f"Basic {TOKEN}", "Bearer"):
+        response = await client.request(method, path, headers={"Authorization": header})
+        assert response.status_code == 401, header
+        assert response.json() == {"error": "unauthorized", "detail": UNAUTHORIZED}
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+async def test_the_routes_check_the_token_without_the_middleware(
+    manager: TaskManager, method: str, path: str
+) -> None:
+    dashboard = DashboardApi(manager, token=TOKEN)
+    transport = httpx.ASGITransport(app=Starlette(routes=dashboard.routes))
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash.test") as http:
+        for header in ("", "Bearer nope"):
+            response = await http.request(method, path, headers={"Authorization": header})
+            assert response.status_code == 401, header
+            assert response.json() == {"error": "unauthorized", "detail": UNAUTHORIZED}
+    dashboard.close()
 
 
 @pytest.mark.parametrize(
@@ -350,9 +358,10 @@ def test_duration_summary_and_percentile() -> None:
 
 
 async def test_openapi_lists_every_route(
-    client: httpx.AsyncClient, dashboard: DashboardApi
+    client: httpx.AsyncClient, manager: TaskManager, app: Starlette
 ) -> None:
     doc = (await client.get("/v1/openapi.json")).json()
+    dashboard = DashboardApi(manager, token=TOKEN)
     assert doc["openapi"] == "3.1.0"
     routes = {
         (route.path, method.lower())
@@ -362,6 +371,9 @@ async def test_openapi_lists_every_route(
     }
     documented = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert documented == routes
+    served = {r.path for r in app.routes if isinstance(r, Route)}
+    assert {path for path, _ in routes} <= served
+    dashboard.close()
     for path, method in documented:
         operation = doc["paths"][path][method]
         assert "401" in operation["responses"], path

@@ -15,7 +15,6 @@ import binascii
 import inspect
 import json
 import math
-import secrets
 import statistics
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,11 +27,13 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..tasks import conversation
 from ..tasks.backend import JSON
 from ..tasks.errors import BackendError, TaskNotFoundError, TaskNotRunningError, TaskRequestError
 from ..tasks.manager import TaskManager
 from ..tasks.models import Task, TaskStatus
 from .api_schema import OPENAPI
+from .auth import token_matches
 from .event_stream import ChangeSource, EventHub, TooManySubscribersError, task_json
 
 STATIC_DIR = Path(__file__).with_name("static")
@@ -57,6 +58,11 @@ MAX_PART_CHARS = 20_000
 STATS_CONCURRENCY = 8
 
 T = TypeVar("T")
+
+UNAUTHORIZED = (
+    "Send the service token as `Authorization: Bearer <token>`; it is in the token file that "
+    "`asyncagents serve` printed at start."
+)
 
 
 class ApiError(Exception):
@@ -240,7 +246,10 @@ def message_view(message: JSON) -> JSON:
                 }
             )
         elif isinstance(kind, str):
-            parts.append({"type": kind})
+            # files, patches, subtasks...: the output tool's one-line text; bookkeeping: none
+            lines = conversation.format_part(part)
+            if lines:
+                parts.append({"type": kind, "text": "\n".join(lines), "truncated": False})
     error = info.get("error")
     return {
         "id": info.get("id"),
@@ -264,17 +273,18 @@ def select_messages(
 ) -> list[JSON]:
     """The output tool's filters: the current turn (or the whole session), after a message id,
     the newest `message_limit`."""
-    ids = [str((m.get("info") or {}).get("id")) for m in messages]
-    if not full_session and task.turn_after_message_id in ids:
-        messages = messages[ids.index(task.turn_after_message_id) + 1 :]
-        ids = ids[ids.index(task.turn_after_message_id) + 1 :]
-    if since_message_id is not None:
-        if since_message_id not in ids:
-            raise bad_param("since_message_id", f"{since_message_id!r} is not in the conversation")
-        messages = messages[ids.index(since_message_id) + 1 :]
-    if message_limit is not None:
-        messages = messages[-message_limit:] if message_limit else []
-    return messages
+    if not full_session and task.turn_after_message_id is not None:
+        ids = [str((m.get("info") or {}).get("id")) for m in messages]
+        if task.turn_after_message_id in ids:
+            messages = messages[ids.index(task.turn_after_message_id) + 1 :]
+    try:
+        return conversation.select_messages(
+            messages, since_message_id=since_message_id, message_limit=message_limit
+        )
+    except TaskRequestError:
+        raise bad_param(
+            "since_message_id", f"{since_message_id!r} is not in the conversation"
+        ) from None
 
 
 def percentile(sorted_values: Sequence[int], fraction: float) -> int:
@@ -319,12 +329,25 @@ class DashboardApi:
     it when the service stops, before the server waits for connections to finish).
     """
 
-    def __init__(self, manager: TaskManager, *, token: str, hub: EventHub | None = None) -> None:
+    #: what the page needs without a token (it holds no data and asks for the token)
+    public_paths: tuple[str, ...] = ("/",)
+    public_prefixes: tuple[str, ...] = ("/static/",)
+
+    def __init__(
+        self,
+        manager: TaskManager,
+        *,
+        token: str,
+        hub: EventHub | None = None,
+        closing: asyncio.Event | None = None,
+    ) -> None:
         if not token:
             raise ValueError("token is required")
         self.manager = manager
         self.token = token
         self.hub = hub or EventHub()
+        #: set when the service stops: the event streams end, new ones get 503
+        self.closing = closing or asyncio.Event()
         add_listener = getattr(manager, "add_listener", None)
         if add_listener is not None:
             self.hub.attach(cast(ChangeSource, manager))
@@ -344,6 +367,7 @@ class DashboardApi:
 
     def close(self) -> None:
         """Stop listening to the manager and end every event stream."""
+        self.closing.set()
         self.hub.detach()
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -363,12 +387,9 @@ class DashboardApi:
         return guarded
 
     def _authorize(self, request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given:
-            raise ApiError(401, "unauthorized", "missing bearer token (Authorization header)")
-        if not secrets.compare_digest(given.strip().encode(), self.token.encode()):
-            raise ApiError(401, "unauthorized", "wrong bearer token")
+        # the service's middleware checks first; this keeps the routes safe wherever mounted
+        if not token_matches(request.headers.get("authorization"), self.token):
+            raise ApiError(401, "unauthorized", UNAUTHORIZED)
 
     async def _all_tasks(self) -> list[Task]:
         return await _resolved(self.manager.store.list_tasks())
@@ -527,12 +548,14 @@ class DashboardApi:
     async def events(self, request: Request) -> Response:
         """Server-Sent Events: a snapshot (or a resume), then every task change."""
         _only(request, ())
+        if self.closing.is_set():
+            raise ApiError(503, "unavailable", "the service is stopping")
         try:
             sub = self.hub.subscribe(request.headers.get("last-event-id"))
         except TooManySubscribersError as exc:
             raise ApiError(503, "too_many_subscribers", str(exc)) from None
         return StreamingResponse(
-            self.hub.stream(sub, self._all_tasks),
+            self.hub.stream(sub, self._all_tasks, self.closing),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

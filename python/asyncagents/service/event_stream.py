@@ -204,10 +204,15 @@ class EventHub:
         return [e for e in self._ring if e.id > after]
 
     async def stream(
-        self, sub: Subscription, snapshot: Callable[[], Awaitable[Sequence[Task]]]
+        self,
+        sub: Subscription,
+        snapshot: Callable[[], Awaitable[Sequence[Task]]],
+        closing: asyncio.Event | None = None,
     ) -> AsyncIterator[bytes]:
         """The SSE bytes of one subscription: snapshot or backlog, then live events and
-        heartbeats, until the client leaves or the hub drops it."""
+        heartbeats, until the client leaves, the hub drops it or `closing` is set (the
+        service stops: an open stream must not hold its shutdown)."""
+        closing = closing or asyncio.Event()
         try:
             yield f"retry: {int(self.heartbeat * 1000)}\n\n".encode()
             if sub.needs_snapshot:
@@ -223,7 +228,7 @@ class EventHub:
             for event in sub.backlog:
                 yield event.encode()
             sub.backlog = []
-            while not sub.dropped.is_set():
+            while not (sub.dropped.is_set() or closing.is_set()):
                 try:
                     event = sub.queue.get_nowait()
                 except asyncio.QueueEmpty:
@@ -232,18 +237,22 @@ class EventHub:
                     yield event.encode()
                     continue
                 getter = asyncio.ensure_future(sub.queue.get())
-                dropped = asyncio.ensure_future(sub.dropped.wait())
-                done, _ = await asyncio.wait(
-                    {getter, dropped}, timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED
+                ended = (
+                    asyncio.ensure_future(sub.dropped.wait()),
+                    asyncio.ensure_future(closing.wait()),
                 )
-                dropped.cancel()
+                done, _ = await asyncio.wait(
+                    {getter, *ended}, timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED
+                )
+                for waiter in ended:
+                    waiter.cancel()
                 if getter in done:
                     yield getter.result().encode()
                     continue
                 # a cancelled get leaves its item in the queue
                 getter.cancel()
-                if dropped not in done:
+                if not done:
                     yield b": heartbeat\n\n"
-            # dropped (too slow, or the hub closed): the client reconnects with Last-Event-ID
+            # dropped (too slow), or closed: the client reconnects with Last-Event-ID
         finally:
             self.unsubscribe(sub)
