@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import uvicorn
-from asyncagents.service.api import DashboardApi
-from asyncagents.service.event_stream import ChangeListener, EventHub
+from asyncagents.service import begin_drain, create_app
+from asyncagents.service.event_stream import ChangeListener
 from asyncagents.tasks import (
     InMemoryTaskStore,
     InProcessBackend,
@@ -26,7 +26,6 @@ from asyncagents.tasks import (
     Task,
     TaskManager,
 )
-from starlette.applications import Starlette
 
 TOKEN = "test-token-0123456789"
 REPO = Path(__file__).resolve().parents[2]
@@ -112,14 +111,12 @@ class LiveService:
     """The task API and page served by uvicorn on 127.0.0.1 in a thread with its own loop,
     over a real `TaskManager` on an `InProcessBackend`. `call` runs a coroutine there."""
 
-    def __init__(self, *, heartbeat: float = 1.0, max_subscribers: int = 20) -> None:
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.script = Script()
         self._ready = threading.Event()
         self._stopped = threading.Event()
         self._error: BaseException | None = None
-        self._heartbeat = heartbeat
-        self._max_subscribers = max_subscribers
         self.port = 0
         self.thread = threading.Thread(target=self._run, name="dashboard-live", daemon=True)
 
@@ -148,13 +145,10 @@ class LiveService:
             self.backend, InMemoryTaskStore(), poll_interval=0.2, notice_retry_initial=0.05
         )
         await self.manager.start()
-        self.api = DashboardApi(
-            self.manager,
-            token=TOKEN,
-            hub=EventHub(heartbeat=self._heartbeat, max_subscribers=self._max_subscribers),
+        self.app = create_app(self.manager, token=TOKEN, manage_manager=False)
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"
         )
-        app = Starlette(routes=self.api.routes)
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         serving = asyncio.ensure_future(self.server.serve())
         while not self.server.started:
@@ -188,7 +182,7 @@ class LiveService:
             return
 
         def shut() -> None:
-            self.api.close()
+            begin_drain(self.app)  # the event streams end
             self.server.should_exit = True
 
         self.loop.call_soon_threadsafe(shut)

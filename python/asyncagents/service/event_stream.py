@@ -241,16 +241,20 @@ class EventHub:
                     asyncio.ensure_future(sub.dropped.wait()),
                     asyncio.ensure_future(closing.wait()),
                 )
-                done, _ = await asyncio.wait(
-                    {getter, *ended}, timeout=self.heartbeat, return_when=asyncio.FIRST_COMPLETED
-                )
-                for waiter in ended:
-                    waiter.cancel()
+                try:
+                    done, _ = await asyncio.wait(
+                        {getter, *ended},
+                        timeout=self.heartbeat,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    for waiter in ended:
+                        waiter.cancel()
+                    if not getter.done():
+                        getter.cancel()  # a cancelled get leaves its item in the queue
                 if getter in done:
                     yield getter.result().encode()
                     continue
-                # a cancelled get leaves its item in the queue
-                getter.cancel()
                 if not done:
                     yield b": heartbeat\n\n"
             # dropped (too slow), or closed: the client reconnects with Last-Event-ID

@@ -237,7 +237,9 @@ function fillRow(row, task) {
   row.replaceChildren();
   row.dataset.status = task.status;
   const badge = el("span", `badge ${task.status}`, task.status);
-  const id = el("span", "id mono", task.id);
+  const id = el("span", "idcell");
+  id.append(el("span", "id mono", task.id));
+  id.title = task.id;
   if (task.is_forked) id.append(el("span", "mark", "(forked)"));
   if (task.resume_count > 0) id.append(el("span", "mark", "(resumed)"));
   const agent = el("span", "agent", task.agent);
