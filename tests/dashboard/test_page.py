@@ -196,6 +196,10 @@ def test_screenshot_with_every_status(browser: Browser, live: LiveService, schem
     )
     wait_status(live, failed, TaskStatus.ERROR)
     live.call(live.manager.cancel(cancelled.id))
+    other = str(live.call(live.backend.create_session(title="another parent"))["id"])
+    elsewhere = live.call(
+        live.manager.task(other, "Profile the tests [tool] [hold:other]", "general", "Profile")
+    )
     page = open_page(browser, live, scheme)
     log_in(page)
     for task, status in [
@@ -204,10 +208,13 @@ def test_screenshot_with_every_status(browser: Browser, live: LiveService, schem
         (failed, "error"),
         (cancelled, "cancelled"),
         (forked, "running"),
+        (elsewhere, "running"),
     ]:
         expect(row(page, task).locator(".badge")).to_have_text(status)
     expect(row(page, forked)).to_contain_text("(forked)")
     expect(row(page, resumed)).to_contain_text("(resumed)")
+    expect(page.locator(".group")).to_have_count(2)
+    page.wait_for_timeout(1500)  # the running ones tick past 0s
     path = artifacts_dir() / f"dashboard-{scheme}.png"
     page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000
