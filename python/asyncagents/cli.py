@@ -1,4 +1,9 @@
-"""`asyncagents fork [FILE|-]`: print the context a forked child of that session would get."""
+"""The ``asyncagents`` command.
+
+- ``asyncagents fork [FILE|-]``: print the context a forked child of that session would get;
+- ``asyncagents serve --opencode URL``: run the task service the OpenCode plugin calls;
+- ``asyncagents opencode install [DIR]``: install that plugin into an OpenCode project.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 
 from .errors import ForkInputError
 from .fork import build_fork_context
@@ -39,7 +45,107 @@ def _parser() -> argparse.ArgumentParser:
         default="rust",
         help="pipeline engine (default rust)",
     )
+    _serve_parser(commands)
+    _opencode_parser(commands)
     return parser
+
+
+def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the task service for the OpenCode plugin",
+        description="Run the background task manager over an OpenCode server, as an HTTP "
+        "service on loopback that the OpenCode plugin calls. It is ready when GET /v1/health "
+        "answers 200. On its first start it creates a bearer token in a private file "
+        "($XDG_STATE_HOME/asyncagents/token). SIGTERM or SIGINT stop it gracefully; the next "
+        "start picks the running tasks up again.",
+    )
+    serve.add_argument(
+        "--opencode", required=True, metavar="URL", help="the OpenCode server (opencode serve)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=4097, help="port (default 4097)")
+    serve.add_argument(
+        "--store",
+        type=Path,
+        metavar="PATH",
+        help="SQLite file of the tasks (default $XDG_STATE_HOME/asyncagents/tasks.sqlite3)",
+    )
+    serve.add_argument(
+        "--wake",
+        choices=("each", "all_done", "never"),
+        default="each",
+        help="how a parent hears of its ended tasks: woken by each notice (default), once all "
+        "its tasks are done, or never (the notice is added without a reply)",
+    )
+
+
+def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    opencode = commands.add_parser("opencode", help="OpenCode integration")
+    actions = opencode.add_subparsers(dest="action", required=True)
+    install = actions.add_parser(
+        "install",
+        help="install the asyncagents plugin into an OpenCode project",
+        description="Write the asyncagents plugin into DIR/.opencode/plugins/ and install the "
+        "@opencode-ai/plugin package it needs (pinned to your OpenCode version) with npm, so "
+        "that OpenCode started in DIR offers its model the five asyncagents tools.",
+    )
+    install.add_argument("dir", nargs="?", type=Path, default=Path("."), help="default: cwd")
+    install.add_argument(
+        "--service",
+        default="http://127.0.0.1:4097",
+        metavar="URL",
+        help="the asyncagents service (default http://127.0.0.1:4097)",
+    )
+    install.add_argument(
+        "--opencode-version",
+        metavar="X.Y.Z",
+        help="OpenCode version to pin @opencode-ai/plugin to (default: `opencode --version`)",
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .service.auth import TokenFileError, default_token_path, load_or_create_token
+    from .service.server import ServeOptions, serve
+
+    if not 0 < args.port < 65536:
+        print(f"asyncagents serve: --port {args.port} is not a TCP port", file=sys.stderr)
+        return 2
+    path = default_token_path()
+    try:
+        token, created = load_or_create_token(path)
+    except TokenFileError as exc:
+        print(f"asyncagents serve: {exc}", file=sys.stderr)
+        return 2
+    print(f"asyncagents serve: token {'created in' if created else 'read from'} {path}", flush=True)
+    options = ServeOptions(
+        opencode_url=args.opencode,
+        host=args.host,
+        port=args.port,
+        store_path=args.store,
+        wake=args.wake,
+    )
+    return serve(options, token)
+
+
+def _opencode_install(args: argparse.Namespace) -> int:
+    from .opencode import InstallError, install_plugin
+    from .service.auth import default_token_path
+
+    try:
+        done = install_plugin(
+            args.dir.resolve(),
+            args.service,
+            default_token_path(),
+            opencode_version=args.opencode_version,
+        )
+    except InstallError as exc:
+        print(f"asyncagents opencode install: {exc}", file=sys.stderr)
+        return 2
+    print(f"Installed the asyncagents plugin: {done.plugin_path}")
+    print(f"It calls the service at {args.service.rstrip('/')} (start it with `asyncagents serve`)")
+    print(f"@opencode-ai/plugin@{done.opencode_version} is in {done.plugin_path.parents[1]}")
+    return 0
 
 
 def _read(source: str | None) -> bytes:
@@ -54,6 +160,14 @@ def _read(source: str | None) -> bytes:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``asyncagents`` command; returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "opencode":
+        return _opencode_install(args)
+    return _fork(args)
+
+
+def _fork(args: argparse.Namespace) -> int:
     try:
         data = _read(args.file)
     except OSError as exc:

@@ -11,12 +11,21 @@ The last user message carries tags that script the reply:
 - ``[fake:context]``: replies ``context-seen`` when an earlier user message holds
   ``<inherited_context>``, else ``context-missing`` (proves the fork reached the model).
 
+- ``[fake:call=TOOL {json}]`` (one or more): the first step calls each TOOL with those
+  arguments (in one step); the next step replies ``"Tool results:\n"`` and the tools' outputs
+  joined by ``"\n---\n"`` (to drive plugin tools such as ``asyncagents_task``);
+- ``[fake:wake-output]`` in any user message of the session: a later user message holding an
+  ``[asyncagents notice`` (the parent woken by its task's notice) makes the model call
+  ``asyncagents_output`` for the first task id in it, then reply ``"Child result: "`` and the
+  text after ``Result:\n`` in that tool's output.
+
 Title requests get a fixed title. Every request body is kept in `requests` for assertions.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -24,6 +33,35 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAIL_MESSAGE = "Invalid request: fake provider rejects this prompt"
+CALL_TAG = "[fake:call="
+WAKE_TAG = "[fake:wake-output]"
+NOTICE_MARK = "[asyncagents notice"
+
+
+def scripted_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The ``[fake:call=TOOL {json}]`` tags of a prompt, in order."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    decoder = json.JSONDecoder()
+    start = text.find(CALL_TAG)
+    while start >= 0:
+        rest = start + len(CALL_TAG)
+        space = text.index(" ", rest)
+        arguments, end = decoder.raw_decode(text, space + 1)
+        calls.append((text[rest:space], arguments))
+        start = text.find(CALL_TAG, end)
+    return calls
+
+
+def _tool_outputs(messages: list[dict[str, Any]]) -> list[str]:
+    """The contents of the tool results at the end of the conversation, in order."""
+    out: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        out.append(_text(message.get("content")))
+    return out[::-1]
+
+
 TOOL_OUTPUT_MARK = "fake-tool-ran"
 
 
@@ -100,6 +138,19 @@ class FakeModel:
         after_tool = bool(messages) and messages[-1].get("role") == "tool"
         if "title generator" in system:
             return self._stream(h, ["Fake title"])
+        if CALL_TAG in last_user:
+            if after_tool:
+                reply = "Tool results:\n" + "\n---\n".join(_tool_outputs(messages))
+                return self._stream(h, [reply])
+            return self._stream_calls(h, scripted_calls(last_user))
+        if NOTICE_MARK in last_user and any(WAKE_TAG in u for u in users[:-1]):
+            if after_tool:
+                output = "\n".join(_tool_outputs(messages))
+                result = output.split("Result:\n", 1)[1] if "Result:\n" in output else output
+                return self._stream(h, ["Child result: " + result.strip()])
+            task_id = re.search(r"tsk_[0-9a-f]+", last_user)
+            arguments = {"task_id": task_id.group(0) if task_id else ""}
+            return self._stream_calls(h, [("asyncagents_output", arguments)])
         if "[fake:fail400]" in last_user:
             body = json.dumps(
                 {
@@ -170,6 +221,23 @@ class FakeModel:
             if pause:
                 time.sleep(pause)
         self._chunk(h, {}, "stop")
+        self._finish(h)
+
+    def _stream_calls(
+        self, h: BaseHTTPRequestHandler, calls: list[tuple[str, dict[str, Any]]]
+    ) -> None:
+        """One step calling each tool of `calls` (parallel tool calls)."""
+        self._start_sse(h)
+        self._chunk(h, {"role": "assistant", "content": ""}, None)
+        for index, (name, arguments) in enumerate(calls):
+            call = {
+                "index": index,
+                "id": f"call_fake_{os.urandom(6).hex()}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            self._chunk(h, {"tool_calls": [call]}, None)
+        self._chunk(h, {}, "tool_calls")
         self._finish(h)
 
     def _stream_tool_call(self, h: BaseHTTPRequestHandler) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
+from asyncagents.service import begin_drain, create_app
 from asyncagents.tasks import TaskManager
 from service_support import TOKEN
 
@@ -119,3 +121,37 @@ async def test_a_streamed_body_over_the_cap_is_413(client: httpx.AsyncClient) ->
 
     response = await client.post("/v1/tools/asyncagents_task", content=chunks())
     assert response.status_code == 413
+
+
+async def test_drain_answers_calls_in_flight_and_refuses_new_ones(
+    manager: TaskManager, parent: str
+) -> None:
+    app = create_app(manager, token=TOKEN, manage_manager=False)
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://service", headers=headers, timeout=30
+    ) as http:
+        task = await manager.task(parent, "[hold] long job", agent="build", description="held")
+        waiting = asyncio.ensure_future(
+            http.post(
+                "/v1/tools/asyncagents_output",
+                json={"session_id": parent, "arguments": {"task_id": task.id, "block": True}},
+            )
+        )
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        begin_drain(app)
+        answer = await asyncio.wait_for(waiting, 5)
+        assert answer.status_code == 200
+        assert answer.json()["text"].startswith(f"Task {task.id} [running] build: held\n")
+        refused = await http.post(
+            "/v1/tools/asyncagents_list", json={"session_id": parent, "arguments": {}}
+        )
+        assert refused.status_code == 503
+        assert refused.json() == {
+            "error": "shutting_down",
+            "detail": "The asyncagents service is stopping; call again once it is up.",
+        }
+        health = await http.get("/v1/health")
+        assert (health.status_code, health.json()) == (503, {"status": "stopping"})

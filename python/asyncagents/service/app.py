@@ -32,9 +32,11 @@ HEALTH_PATH = "/v1/health"
 
 
 async def health(request: Request) -> Response:
-    """200 once the service (and its manager) is up; no token needed."""
+    """200 once the service (and its manager) is up, 503 once it is stopping; no token."""
     state: ServiceState = request.app.state.service
-    return JSONResponse({"status": "stopping" if state.draining.is_set() else "ok"})
+    if state.draining.is_set():
+        return JSONResponse({"status": "stopping"}, status_code=503)
+    return JSONResponse({"status": "ok"})
 
 
 def create_app(

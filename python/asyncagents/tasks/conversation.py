@@ -53,7 +53,7 @@ def _tool(part: JSON) -> list[str]:
         if time.get("compacted"):
             lines.append("output: [old tool output cleared by OpenCode]")
         else:
-            text = output if isinstance(output, str) else _json(output)
+            text = output.rstrip("\n") if isinstance(output, str) else _json(output)
             lines.append(f"output: {_cut(text, MAX_TOOL_TEXT)}")
     elif status == "error":
         lines.append(f"error: {_cut(str(state.get('error') or 'unknown error'), MAX_TOOL_TEXT)}")

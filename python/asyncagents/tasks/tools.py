@@ -234,6 +234,20 @@ def _safe_str(value: object) -> str:
         return "(no message)"
 
 
+#: reply when the calling session's id is unusable (the agent server sent a broken call)
+BAD_SESSION = "Error: the calling session's id must be non-empty Unicode text."
+
+
+def _is_text(value: object) -> bool:
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _valid_unicode(text: str) -> str:
     """`text` with any lone surrogate replaced (the answer must encode as UTF-8)."""
     try:
@@ -341,7 +355,9 @@ async def run_tool(
     try:
         model = ARGUMENTS.get(name)
         if model is None:
-            return format_unknown_tool(name)
+            return _valid_unicode(format_unknown_tool(name))
+        if not _is_text(session_id):
+            return BAD_SESSION
         parsed = parse_arguments(name, arguments)
         if isinstance(parsed, str):
             return parsed

@@ -1,0 +1,282 @@
+"""End to end through OpenCode itself: the plugin installed by ``asyncagents opencode install``,
+the service started by ``asyncagents serve``, the scripted fake model as the parent's model.
+
+One real ``opencode serve`` runs in a temporary project (plugins enabled: no OPENCODE_PURE) for
+this module; the service is a subprocess stopped by PID. Nothing here calls the manager
+directly: every task is started by the model calling a plugin tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from asyncagents.tasks import TOOLS, OpenCodeBackend
+from e2e_support import AGENT, free_port, opencode_binary, until
+from fake_model import WAKE_TAG, FakeModel
+from parent_notices import texts
+from plugin_support import (
+    HAS_WAKE,
+    PluginOpenCode,
+    ServiceProcess,
+    call,
+    install_plugin_cli,
+    new_parent,
+    notices_of,
+    say_to,
+    started_task_id,
+    tool_outputs,
+)
+
+
+@pytest.fixture(scope="module")
+def service_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def plugin_root(tmp_path_factory: pytest.TempPathFactory, service_port: int) -> Path:
+    """A project with the plugin installed by the command line, as a user would."""
+    root = tmp_path_factory.mktemp("plugin")
+    (root / "project").mkdir()
+    install_plugin_cli(root / "project", root / "state", f"http://127.0.0.1:{service_port}")
+    return root
+
+
+@pytest.fixture(scope="module")
+def plugin_opencode(fake_model: FakeModel, plugin_root: Path) -> Iterator[PluginOpenCode]:
+    project = plugin_root / "project"
+    lock = (project / ".opencode" / "package-lock.json").read_bytes()
+    server = PluginOpenCode(
+        opencode_binary(), fake_model.base_url, plugin_root, plugin_root / "state"
+    )
+    server.project = project
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+    # OpenCode downloaded and changed nothing in .opencode/
+    assert (project / ".opencode" / "package-lock.json").read_bytes() == lock
+
+
+@pytest.fixture
+def service(
+    plugin_opencode: PluginOpenCode, plugin_root: Path, service_port: int
+) -> Iterator[ServiceProcess]:
+    svc = ServiceProcess(plugin_root, plugin_opencode.base_url, plugin_root / "state")
+    svc.port = service_port
+    svc.url = f"http://127.0.0.1:{service_port}"
+    svc.start()
+    try:
+        yield svc
+    finally:
+        svc.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+async def oc(plugin_opencode: PluginOpenCode) -> AsyncIterator[OpenCodeBackend]:
+    async with OpenCodeBackend(plugin_opencode.base_url) as client:
+        yield client
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+
+async def test_opencode_offers_the_five_tools_with_types_and_optionality(
+    plugin_opencode: PluginOpenCode,
+) -> None:
+    async with httpx.AsyncClient(base_url=plugin_opencode.base_url, timeout=60) as http:
+        response = await http.get(
+            "/experimental/tool",
+            params={
+                "provider": "fake",
+                "model": "fake-model",
+                "directory": str(plugin_opencode.project),
+            },
+        )
+    assert response.status_code == 200, response.text
+    offered = {t["id"]: t for t in response.json() if t["id"].startswith("asyncagents_")}
+    assert list(offered) == [t.name for t in TOOLS]
+    for definition in TOOLS:
+        seen = offered[definition.name]
+        assert seen["description"] == definition.description
+        params = seen["parameters"]
+        assert list(params["properties"]) == list(definition.parameters["properties"])
+        assert params.get("required", []) == definition.parameters.get("required", [])
+        for name, spec in definition.parameters["properties"].items():
+            assert params["properties"][name]["type"] == spec["type"], (definition.name, name)
+    assert offered["asyncagents_task"]["parameters"]["required"] == ["prompt"]
+    assert offered["asyncagents_output"]["parameters"]["properties"]["timeout"]["maximum"] == 600
+
+
+@pytest.mark.xfail(
+    not HAS_WAKE, reason="the manager wakes parents only from branch `manager`", strict=True
+)
+async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
+    service: ServiceProcess, oc: OpenCodeBackend
+) -> None:
+    parent = await new_parent(oc)
+    await say_to(oc, parent, "The secret word is heliotrope. Remember it.")
+    launch = call(
+        "asyncagents_task",
+        {
+            "prompt": "[fake:context] what do you know?",
+            "agent": AGENT,
+            "description": "forked look",
+            "fork": True,
+        },
+    )
+    reply = await say_to(oc, parent, f"{WAKE_TAG} delegate this {launch}")
+    (started,) = await tool_outputs(oc, parent, "asyncagents_task")
+    task_id = started_task_id(started)
+    assert started.startswith(f"Background task started: {task_id} (forked)\nAgent: build\n")
+    assert any(
+        p.get("text", "").startswith("Tool results:\nBackground task started: ")
+        for p in reply["parts"]
+    )
+
+    # the parent's turn ended; the child's notice wakes it, it reads the output and answers
+    async def answered() -> bool:
+        messages = await oc.messages(parent)
+        last = messages[-1]
+        return (
+            last["info"]["role"] == "assistant"
+            and any(t == "Child result: context-seen" for t in texts(last))
+            and last["info"].get("time", {}).get("completed") is not None
+        )
+
+    await until(answered, timeout=120, what="the woken parent's answer")
+    (read,) = await tool_outputs(oc, parent, "asyncagents_output")
+    assert (
+        read == f"Task {task_id} (forked) [completed] build: forked look\n\nResult:\ncontext-seen"
+    )
+    assert [t for _, t in await notices_of(oc, parent)] == [task_id]
+
+
+async def test_list_cancel_and_clear_through_the_plugin(
+    service: ServiceProcess, oc: OpenCodeBackend
+) -> None:
+    parent = await new_parent(oc)
+    await say_to(
+        oc,
+        parent,
+        call(
+            "asyncagents_task",
+            {"prompt": "[fake:slow] take your time", "agent": AGENT, "description": "slow one"},
+        ),
+    )
+    (started,) = await tool_outputs(oc, parent, "asyncagents_task")
+    task_id = started_task_id(started)
+    await say_to(oc, parent, call("asyncagents_list", {}))
+    assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == (
+        f"Background tasks (newest first):\n- {task_id} [running] build: slow one"
+    )
+    await say_to(oc, parent, call("asyncagents_list", {"status": "completed"}))
+    assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == "No background tasks found"
+    await say_to(oc, parent, call("asyncagents_cancel", {"task_id": task_id}))
+    assert (await tool_outputs(oc, parent, "asyncagents_cancel"))[-1] == (
+        f"Cancelled background task {task_id}: slow one"
+    )
+    await say_to(oc, parent, call("asyncagents_output", {"task_id": task_id, "block": "false"}))
+    assert (await tool_outputs(oc, parent, "asyncagents_output"))[-1] == (
+        f"Task {task_id} [cancelled] build: slow one\n\nThe task was cancelled: cancelled by the "
+        "parent"
+    )
+    await say_to(oc, parent, call("asyncagents_clear", {}))
+    assert (await tool_outputs(oc, parent, "asyncagents_clear"))[-1] == (
+        "Cleared 1 background task(s); 0 running one(s) aborted."
+    )
+    # bad arguments come back as the service's text, naming the field
+    await say_to(oc, parent, call("asyncagents_output", {"task_id": task_id, "timeout": "soon"}))
+    assert (await tool_outputs(oc, parent, "asyncagents_output"))[-1] == (
+        'Error: invalid arguments for asyncagents_output:\n- timeout: must be a number (got "soon")'
+    )
+
+
+async def test_service_down_answers_a_clear_error_in_bounded_time(
+    plugin_opencode: PluginOpenCode, oc: OpenCodeBackend, service_port: int
+) -> None:
+    parent = await new_parent(oc)
+    begin = time.monotonic()
+    await say_to(oc, parent, call("asyncagents_list", {}))
+    assert time.monotonic() - begin < 60
+    (text,) = await tool_outputs(oc, parent, "asyncagents_list")
+    assert text.startswith(
+        f"Error: the asyncagents service at http://127.0.0.1:{service_port} is not reachable ("
+    ), text
+    assert text.endswith(
+        "). Start it with `asyncagents serve --opencode <this OpenCode server's URL>`, then call "
+        "the tool again."
+    )
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill"])
+async def test_service_restarted_while_a_child_runs_notices_once(
+    service: ServiceProcess, oc: OpenCodeBackend, how: str
+) -> None:
+    parent = await new_parent(oc)
+    await say_to(
+        oc,
+        parent,
+        call(
+            "asyncagents_task",
+            {"prompt": "[fake:delay=6] finish later", "agent": AGENT, "description": how},
+        ),
+    )
+    (started,) = await tool_outputs(oc, parent, "asyncagents_task")
+    task_id = started_task_id(started)
+    status = service.stop(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+    if how == "sigterm":
+        assert status == 0, service.log_tail()
+    await asyncio.sleep(1)
+    service.start()
+
+    async def noticed() -> bool:
+        return any(t == task_id for _, t in await notices_of(oc, parent))
+
+    await until(noticed, timeout=120, what="the child's notice after the restart")
+    await asyncio.sleep(5)  # a second delivery would have come by now
+    assert [t for _, t in await notices_of(oc, parent)] == [task_id]
+
+
+async def test_ten_parents_with_five_tasks_each(
+    service: ServiceProcess, oc: OpenCodeBackend
+) -> None:
+    parents = [await new_parent(oc) for _ in range(10)]
+
+    async def delegate(index: int, parent: str) -> None:
+        tags = " ".join(
+            call(
+                "asyncagents_task",
+                {"prompt": f"job {index}.{n}", "agent": AGENT, "description": f"job {n}"},
+            )
+            for n in range(5)
+        )
+        await say_to(oc, parent, tags)
+
+    await asyncio.gather(*(delegate(i, p) for i, p in enumerate(parents)))
+    started: dict[str, set[str]] = {}
+    for parent in parents:
+        outputs = await tool_outputs(oc, parent, "asyncagents_task")
+        assert len(outputs) == 5, outputs
+        started[parent] = {started_task_id(o) for o in outputs}
+        assert len(started[parent]) == 5
+
+    async def all_noticed() -> bool:
+        for parent in parents:
+            if len(await notices_of(oc, parent)) < 5:
+                return False
+        return True
+
+    await until(all_noticed, timeout=240, what="50 notices")
+    await asyncio.sleep(3)
+    for parent in parents:
+        notices = await notices_of(oc, parent)
+        assert sorted(t for _, t in notices) == sorted(started[parent])
+        assert len({n for n, _ in notices}) == 5
