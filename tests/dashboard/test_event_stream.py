@@ -11,7 +11,12 @@ from typing import Any
 import httpx
 import pytest
 from asyncagents.service.api import DashboardApi
-from asyncagents.service.event_stream import EventHub, Subscription, TooManySubscribersError
+from asyncagents.service.event_stream import (
+    EVENT_TEXT_CHARS,
+    EventHub,
+    Subscription,
+    TooManySubscribersError,
+)
 from asyncagents.tasks import Task, TaskManager, TaskStatus
 from dash_support import TOKEN, FakeSource, make_task
 from starlette.applications import Starlette
@@ -225,3 +230,19 @@ async def test_events_route_refuses_beyond_the_limit(manager: TaskManager) -> No
 def test_hub_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="must be > 0"):
         EventHub(buffer_size=0)
+
+
+async def test_events_cut_long_texts_and_name_them(source: FakeSource) -> None:
+    hub = hub_on(source)
+    long_result = "é" * (EVENT_TEXT_CHARS + 5)
+    reader = Reader(hub, hub.subscribe(), [make_task(1, result=long_result)])
+    snapshot = await reader.next()
+    [task] = snapshot[2]["tasks"]
+    assert task["result"] == "é" * EVENT_TEXT_CHARS
+    assert task["truncated"] == ["result"]
+    assert task["prompt"] == "prompt 1"
+    source.emit("task.error", make_task(2, prompt="p" * 9000, error="short"))
+    event = await reader.next()
+    assert len(event[2]["prompt"]) == EVENT_TEXT_CHARS
+    assert event[2]["error"] == "short"
+    assert event[2]["truncated"] == ["prompt"]

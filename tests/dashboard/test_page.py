@@ -221,3 +221,13 @@ def test_screenshot_with_every_status(browser: Browser, live: LiveService, schem
     row(page, done).click()
     expect(page.locator("#detail-messages .msg")).to_have_count(4)
     page.screenshot(path=str(artifacts_dir() / f"dashboard-detail-{scheme}.png"))
+
+
+def test_detail_shows_texts_the_events_cut(browser: Browser, live: LiveService) -> None:
+    prompt = "Explain " + "every line " * 600  # 6,608 characters: events carry 4,000
+    long = launch(live, prompt, "Long answer")
+    wait_status(live, long, TaskStatus.COMPLETED)
+    page = open_page(browser, live)
+    log_in(page)
+    row(page, long).click()
+    expect(page.locator("#detail-result")).to_have_text("Done: " + prompt)

@@ -59,10 +59,29 @@ class TooManySubscribersError(Exception):
     """The hub already serves `max_subscribers` streams (the route answers 503)."""
 
 
+#: the longest prompt, result or error an event carries (``GET /v1/tasks/{id}`` has it all)
+EVENT_TEXT_CHARS = 4000
+_LONG_FIELDS = ("prompt", "last_prompt", "result", "error")
+
+
 def task_json(task: Task) -> dict[str, Any]:
     """A task as the API and the events show it: the stored fields plus its marked label."""
     out = task.model_dump(mode="json")
     out["label"] = task.label
+    return out
+
+
+def event_task_json(task: Task) -> dict[str, Any]:
+    """`task_json` with long texts cut to `EVENT_TEXT_CHARS` (named in ``truncated``), so a
+    snapshot of many tasks, sent to every subscriber, stays small."""
+    out = task_json(task)
+    cut: list[str] = []
+    for name in _LONG_FIELDS:
+        value = out.get(name)
+        if isinstance(value, str) and len(value) > EVENT_TEXT_CHARS:
+            out[name] = value[:EVENT_TEXT_CHARS]
+            cut.append(name)
+    out["truncated"] = cut
     return out
 
 
@@ -141,7 +160,7 @@ class EventHub:
 
     def on_change(self, change: TaskChangeLike) -> None:
         """The listener: publish one change (called on the loop; never blocks)."""
-        self.publish(change.kind, task_json(change.task))
+        self.publish(change.kind, event_task_json(change.task))
 
     def publish(self, kind: str, payload: dict[str, Any]) -> HubEvent:
         """Number an event, keep it in the ring, queue it for every subscriber."""
@@ -218,7 +237,7 @@ class EventHub:
             if sub.needs_snapshot:
                 tasks = await snapshot()
                 payload = {
-                    "tasks": [task_json(t) for t in tasks],
+                    "tasks": [event_task_json(t) for t in tasks],
                     "heartbeat_ms": int(self.heartbeat * 1000),
                     "now_ms": time.time_ns() // 1_000_000,
                 }

@@ -19,6 +19,8 @@ const state = {
   retryMs: 1000,
   lastContact: null,
   detailId: null,
+  detailStatus: null,
+  full: null, // the opened task as GET /v1/tasks/{id} answered it (texts not cut)
   renderQueued: false,
 };
 
@@ -205,7 +207,13 @@ function handleEvent(kind, payload) {
     if (!known || !updateRowInPlace(payload)) queueRender();
     else renderCounts();
   }
-  if (state.detailId === payload.id) renderDetail(payload.id);
+  if (state.detailId === payload.id) {
+    const before = state.detailStatus;
+    renderDetail(payload.id);
+    if ((payload.truncated || []).length) loadFull(payload.id);
+    // the turn ended (or a resume began): its conversation changed
+    if (before !== payload.status) loadMessages(payload.id);
+  }
 }
 
 // -- the tree ---------------------------------------------------------------------------------
@@ -347,6 +355,11 @@ function renderDetail(id) {
     $("detail-title").textContent = `${id} (removed)`;
     return;
   }
+  state.detailStatus = task.status;
+  // events cut long texts; the full task (GET /v1/tasks/{id}) has them when it is as recent
+  const full = state.full && state.full.id === id && state.full.updated_at >= task.updated_at
+    ? state.full : null;
+  const text = (name) => (full ? full[name] : task[name]);
   $("detail-title").textContent = task.label || task.id;
   const badge = $("detail-status");
   badge.className = `badge ${task.status}`;
@@ -364,11 +377,11 @@ function renderDetail(id) {
   field(dl, "Tool calls", `${p.tool_calls || 0}${p.last_tool ? ` (last: ${p.last_tool})` : ""}`);
   field(dl, "Forked", task.is_forked ? "yes" : "no");
   field(dl, "Resumes", String(task.resume_count));
-  field(dl, "Prompt", task.last_prompt || task.prompt);
-  $("detail-result-box").hidden = !task.result;
-  $("detail-result").textContent = task.result || "";
-  $("detail-error-box").hidden = !task.error;
-  $("detail-error").textContent = task.error || "";
+  field(dl, "Prompt", text("last_prompt") || text("prompt"));
+  $("detail-result-box").hidden = !text("result");
+  $("detail-result").textContent = text("result") || "";
+  $("detail-error-box").hidden = !text("error");
+  $("detail-error").textContent = text("error") || "";
   const fork = $("detail-fork");
   fork.replaceChildren();
   const stats = task.fork_stats || {};
@@ -377,6 +390,19 @@ function renderDetail(id) {
   }
   $("detail-fork-box").hidden = Object.keys(stats).length === 0;
   $("cancel").hidden = !ACTIVE.has(task.status);
+}
+
+async function loadFull(id) {
+  try {
+    const response = await api(`/v1/tasks/${encodeURIComponent(id)}`);
+    if (!response.ok) return;
+    const task = await response.json();
+    if (state.detailId !== id) return;
+    state.full = task;
+    renderDetail(id);
+  } catch (err) {
+    // the live copy stays shown; the banner tells when the service is down
+  }
 }
 
 async function loadMessages(id) {
@@ -410,9 +436,11 @@ async function loadMessages(id) {
 function openDetail(id) {
   state.detailId = id;
   $("cancel-msg").textContent = "";
+  state.full = null;
   renderDetail(id);
   const dialog = $("detail");
   if (!dialog.open) dialog.showModal();
+  loadFull(id);
   loadMessages(id);
 }
 
@@ -435,6 +463,7 @@ async function cancelTask() {
     const response = await api(`/v1/tasks/${encodeURIComponent(id)}/cancel`, { method: "POST" });
     const body = await response.json();
     if (response.ok) {
+      state.full = body;
       state.tasks.set(body.id, body);
       $("cancel-msg").textContent = "Cancelled.";
       renderDetail(id);
