@@ -246,3 +246,34 @@ async def test_events_cut_long_texts_and_name_them(source: FakeSource) -> None:
     assert len(event[2]["prompt"]) == EVENT_TEXT_CHARS
     assert event[2]["error"] == "short"
     assert event[2]["truncated"] == ["prompt"]
+
+
+async def test_reconcile_publishes_what_no_listener_reported(source: FakeSource) -> None:
+    hub = hub_on(source)
+    old = make_task(1, status=TaskStatus.COMPLETED)
+    assert hub.reconcile([old], seed=True) == 0  # the snapshot shows it
+    reader = Reader(hub, hub.subscribe(str(hub.last_id)))
+    running = make_task(2)
+    done_elsewhere = make_task(3, status=TaskStatus.ERROR, error="boom")
+    assert hub.reconcile([old, running, done_elsewhere]) == 2
+    assert [(e[1], e[2]["id"]) for e in await reader.take(2)] == [
+        ("task.created", "tsk_0002"),
+        ("task.error", "tsk_0003"),
+    ]
+    # a change the listener reported is not published again
+    cancelled = make_task(2, status=TaskStatus.CANCELLED, updated_at=running.updated_at + 5)
+    source.emit("task.cancelled", cancelled)
+    assert (await reader.next())[1] == "task.cancelled"
+    assert hub.reconcile([old, cancelled, done_elsewhere]) == 0
+    # newer without a new status: updated; resumed; gone: cleared
+    touched = make_task(3, status=TaskStatus.ERROR, updated_at=done_elsewhere.updated_at + 1)
+    resumed = make_task(1, status=TaskStatus.RESUMED, resume_count=1, updated_at=old.updated_at + 9)
+    assert hub.reconcile([resumed, touched]) == 3
+    events = await reader.take(3)
+    assert [(e[1], e[2]["id"]) for e in events] == [
+        ("task.resumed", "tsk_0001"),
+        ("task.updated", "tsk_0003"),
+        ("task.cleared", "tsk_0002"),
+    ]
+    assert events[0][2]["label"] == "tsk_0001 (resumed)"
+    assert hub.reconcile([resumed, touched]) == 0

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import inspect
 import json
+import logging
 import math
 import statistics
 from collections import Counter
@@ -58,6 +60,7 @@ MAX_PART_CHARS = 20_000
 STATS_CONCURRENCY = 8
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 UNAUTHORIZED = (
     "Send the service token as `Authorization: Bearer <token>`; it is in the token file that "
@@ -340,6 +343,7 @@ class DashboardApi:
         token: str,
         hub: EventHub | None = None,
         closing: asyncio.Event | None = None,
+        poll_interval: float | None = 1.0,
     ) -> None:
         if not token:
             raise ValueError("token is required")
@@ -348,6 +352,10 @@ class DashboardApi:
         self.hub = hub or EventHub()
         #: set when the service stops: the event streams end, new ones get 503
         self.closing = closing or asyncio.Event()
+        #: how often the store is compared with what the hub published (None: never); it
+        #: catches changes no listener reports (other processes sharing the store)
+        self.poll_interval = poll_interval
+        self._poller: asyncio.Task[None] | None = None
         add_listener = getattr(manager, "add_listener", None)
         if add_listener is not None:
             self.hub.attach(cast(ChangeSource, manager))
@@ -366,9 +374,11 @@ class DashboardApi:
         ]
 
     def close(self) -> None:
-        """Stop listening to the manager and end every event stream."""
+        """Stop listening to the manager and end every event stream (and the store poll)."""
         self.closing.set()
         self.hub.detach()
+        if self._poller is not None:
+            self._poller.cancel()
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -550,6 +560,9 @@ class DashboardApi:
         _only(request, ())
         if self.closing.is_set():
             raise ApiError(503, "unavailable", "the service is stopping")
+        if self._poller is None and self.poll_interval is not None:
+            await self._reconcile(seed=True)
+            self._poller = asyncio.get_running_loop().create_task(self._poll(self.poll_interval))
         try:
             sub = self.hub.subscribe(request.headers.get("last-event-id"))
         except TooManySubscribersError as exc:
@@ -559,6 +572,20 @@ class DashboardApi:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    async def _reconcile(self, *, seed: bool = False) -> None:
+        try:
+            self.hub.reconcile(await self._all_tasks(), seed=seed)
+        except Exception:  # a store that failed once may answer next time
+            log.exception("comparing the stored tasks with the event stream failed")
+
+    async def _poll(self, interval: float) -> None:
+        """Compare the store with the events every `interval` s until the service stops."""
+        while not self.closing.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.closing.wait(), interval)
+            if not self.closing.is_set():
+                await self._reconcile()
 
     async def openapi(self, request: Request) -> Response:
         """This API's OpenAPI document."""

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..tasks.models import Task
+from ..tasks.models import Task, TaskStatus
 
 #: the kinds a manager reports (`TaskChange.kind`); each becomes an event of that name
 CHANGE_KINDS: tuple[str, ...] = (
@@ -53,6 +53,23 @@ class ChangeSource(Protocol):
     def add_listener(self, callback: ChangeListener) -> None: ...
 
     def remove_listener(self, callback: ChangeListener) -> None: ...
+
+
+_END_KINDS = {
+    TaskStatus.COMPLETED: "task.completed",
+    TaskStatus.ERROR: "task.error",
+    TaskStatus.CANCELLED: "task.cancelled",
+    TaskStatus.RESUMED: "task.resumed",
+}
+
+
+def inferred_kind(before: TaskStatus | None, task: Task) -> str:
+    """The event a stored change shows, from the status before it (None: a new task)."""
+    if before is None and task.status is TaskStatus.RUNNING:
+        return "task.created"
+    if before is task.status:
+        return "task.updated"
+    return _END_KINDS.get(task.status, "task.updated")
 
 
 class TooManySubscribersError(Exception):
@@ -140,6 +157,8 @@ class EventHub:
         self._ring: deque[HubEvent] = deque(maxlen=ring_size)
         self._subscribers: set[Subscription] = set()
         self._sources: list[ChangeSource] = []
+        #: task id -> (updated_at, status) of the last event published for it
+        self._seen: dict[str, tuple[int, TaskStatus]] = {}
         #: how many subscribers were dropped for being too slow
         self.dropped_count = 0
 
@@ -160,7 +179,41 @@ class EventHub:
 
     def on_change(self, change: TaskChangeLike) -> None:
         """The listener: publish one change (called on the loop; never blocks)."""
-        self.publish(change.kind, event_task_json(change.task))
+        task = change.task
+        if change.kind == "task.cleared":
+            self._seen.pop(task.id, None)
+        else:
+            self._seen[task.id] = (task.updated_at, task.status)
+        self.publish(change.kind, event_task_json(task))
+
+    def reconcile(self, tasks: Sequence[Task], *, seed: bool = False) -> int:
+        """Publish the changes in `tasks` (every stored task) that no listener reported: tasks
+        changed by another process sharing the store, or by a manager without listeners.
+
+        A task the hub has not seen is ``task.created`` (or its end, if it has ended); a new
+        status gives its event; a newer ``updated_at`` alone is ``task.updated``; a task gone
+        is ``task.cleared``. With `seed`, only remember them (the snapshot shows them).
+        Returns how many events were published.
+        """
+        published = 0
+        present = set()
+        for task in tasks:
+            present.add(task.id)
+            seen = self._seen.get(task.id)
+            if seen is not None and seen[0] >= task.updated_at and seen[1] is task.status:
+                continue
+            self._seen[task.id] = (task.updated_at, task.status)
+            if not seed:
+                self.publish(
+                    inferred_kind(None if seen is None else seen[1], task), event_task_json(task)
+                )
+                published += 1
+        for task_id in [t for t in self._seen if t not in present]:
+            del self._seen[task_id]
+            if not seed:
+                self.publish("task.cleared", {"id": task_id, "truncated": []})
+                published += 1
+        return published
 
     def publish(self, kind: str, payload: dict[str, Any]) -> HubEvent:
         """Number an event, keep it in the ring, queue it for every subscriber."""
