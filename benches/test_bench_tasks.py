@@ -34,6 +34,7 @@ from asyncagents.tasks import (
     PromptRequest,
     SessionBackend,
     TaskManager,
+    TaskManagerConfig,
     TaskStatus,
 )
 from generate import session_objects
@@ -93,23 +94,35 @@ def _fork_builder(engine: str) -> Callable[[bytes], Any]:
     return lambda raw: build_fork_context(raw, engine=engine)  # type: ignore[arg-type]
 
 
-async def _until(cond: Callable[[], bool], timeout: float = 120.0) -> None:
+async def _until(cond: Callable[[], bool | Awaitable[bool]], timeout: float = 120.0) -> None:
     end = time.perf_counter() + timeout
-    while not cond():
+    while True:
+        value = cond()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
         if time.perf_counter() > end:
             raise AssertionError("benchmark condition not met in time")
         await asyncio.sleep(0.0005)
 
 
-def _ended(manager: TaskManager, task_id: str) -> bool:
-    task = manager.store.get(task_id)
+async def _ended(manager: TaskManager, task_id: str) -> bool:
+    task = await manager.store.get(task_id)
     return task is not None and task.status is TaskStatus.COMPLETED
 
 
-def _prompted(manager: TaskManager, task_id: str) -> bool:
+async def _prompted(manager: TaskManager, task_id: str) -> bool:
     """The child's prompt was accepted by the server (after the fork, for a forked task)."""
-    task = manager.store.get(task_id)
+    task = await manager.store.get(task_id)
     return task is not None and task.turn_started_at is not None
+
+
+async def _all_ended(manager: TaskManager, task_ids: list[str]) -> bool:
+    for task_id in task_ids:
+        if not await _ended(manager, task_id):
+            return False
+    return True
 
 
 def _rounds(
@@ -178,7 +191,10 @@ def test_launch(
     )
     backend = _backend(backend_kind, request)
     manager = TaskManager(
-        backend, InMemoryTaskStore(), notify_parent=False, fork_builder=_fork_builder(engine)
+        backend,
+        InMemoryTaskStore(),
+        TaskManagerConfig(notify_parent=False),
+        fork_builder=_fork_builder(engine),
     )
     parent: list[str] = []  # made in the first (untimed) settle, on the benchmark's loop
     launched: list[str] = []
@@ -193,10 +209,10 @@ def test_launch(
     async def settle() -> None:
         if not parent:
             parent.append(await _parent(backend, PARENT_MESSAGES if fork else 1))
-        await _until(lambda: all(_ended(manager, t) for t in launched))
+        await _until(lambda: _all_ended(manager, launched))
 
     _rounds(benchmark, manager, timed, settle)
-    assert launched and all(_ended(manager, t) for t in launched)
+    assert launched
 
 
 @pytest.mark.parametrize("backend_kind", BACKENDS)
@@ -208,7 +224,9 @@ def test_completions_per_second(
     benchmark.group = f"{backend_kind}-completions"
     benchmark.extra_info.update({"concurrent": n, "backend": backend_kind})
     backend = _backend(backend_kind, request)
-    manager = TaskManager(backend, InMemoryTaskStore(), poll_interval=1.0)
+    manager = TaskManager(
+        backend, InMemoryTaskStore(), TaskManagerConfig(poll_interval=1.0, wake="never")
+    )
     parents: list[str] = []
 
     async def settle() -> None:
@@ -217,7 +235,7 @@ def test_completions_per_second(
             await manager.clear(parent)
         parents[:] = [str((await backend.create_session())["id"]) for _ in range(4)]
         manager.courier.delivered = 0
-        manager.completions = 0
+        manager.recorder.completions = 0
 
     async def timed() -> None:
         tasks = await asyncio.gather(
@@ -225,6 +243,6 @@ def test_completions_per_second(
         )
         await _until(lambda: manager.courier.delivered >= n)
         assert manager.completions == n
-        assert all(_ended(manager, t.id) for t in tasks)
+        assert await _all_ended(manager, [t.id for t in tasks])
 
     _rounds(benchmark, manager, timed, settle)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from asyncagents.tasks import SessionBackend
@@ -19,9 +20,21 @@ def texts(message: dict[str, Any]) -> list[str]:
     ]
 
 
-async def notices_in(backend: SessionBackend, session_id: str) -> list[str]:
-    """The notice texts a parent session received, oldest first."""
+_SPLIT = re.compile(r"\n\n(?=\[asyncagents notice )")
+
+
+async def deliveries_in(backend: SessionBackend, session_id: str) -> list[str]:
+    """The delivery prompts a parent received (one or more notices each), oldest first."""
     out: list[str] = []
     for message in await backend.messages(session_id):
         out.extend(t for t in texts(message) if t.startswith(NOTICE_PREFIX))
+    return out
+
+
+async def notices_in(backend: SessionBackend, session_id: str) -> list[str]:
+    """The notice texts a parent session received, oldest first (a delivery of several
+    notices is split at each notice's tag line; the last keeps the delivery's final line)."""
+    out: list[str] = []
+    for delivery in await deliveries_in(backend, session_id):
+        out.extend(_SPLIT.split(delivery))
     return out

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from asyncagents.tasks import InMemoryTaskStore, OpenCodeBackend, TaskManager
+from asyncagents.tasks import InMemoryTaskStore, OpenCodeBackend, TaskManager, TaskManagerConfig
 from e2e_support import OpenCodeServer, running_server
 from fake_model import FakeModel
 
@@ -44,7 +44,9 @@ POLL_INTERVAL = 30.0
 @pytest.fixture
 async def manager(backend: OpenCodeBackend) -> AsyncIterator[TaskManager]:
     async with TaskManager(
-        backend, InMemoryTaskStore(), poll_interval=POLL_INTERVAL, notice_retry_initial=0.2
+        backend,
+        InMemoryTaskStore(),
+        TaskManagerConfig(poll_interval=POLL_INTERVAL, notice_retry_initial=0.2, wake="never"),
     ) as mgr:
         await asyncio.wait_for(mgr.events.connected.wait(), 30)
         yield mgr

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import polling
 import pytest
-from asyncagents.tasks import OpenCodeBackend, PromptRequest
+from asyncagents.tasks import OpenCodeBackend, PromptRequest, TaskManagerConfig
 from fake_model import FakeModel
 from parent_notices import notices_in
 
@@ -79,6 +79,12 @@ def opencode_binary() -> str:
         f"({install_error}). Run scripts/opencode/install.sh (it installs {LOCAL_BIN}), put "
         "`opencode` on PATH, or set ASYNCAGENTS_OPENCODE_BIN."
     )
+
+
+def manager_config(**settings: Any) -> TaskManagerConfig:
+    """The e2e tests' manager config: notices as ``noReply`` messages (``wake="never"``), so
+    the fake model is not prompted by them, unless a test sets `wake`."""
+    return TaskManagerConfig.model_validate({"wake": "never", **settings})
 
 
 def free_port() -> int:

@@ -48,5 +48,5 @@ async def test_fifty_concurrent_tasks_all_complete_once(
         for task in mine:
             (notice,) = [n for n in notices if f"Background task {task.id} completed" in n]
             assert f"Result:\nReply to: {task.prompt}\n" in notice
-    assert manager.store.notices() == []
+    assert await manager.store.notices() == []
     assert elapsed < 120

@@ -18,7 +18,7 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
-from e2e_support import AGENT, OpenCodeServer, has_notices, model_got, say, until
+from e2e_support import AGENT, OpenCodeServer, has_notices, manager_config, model_got, say, until
 from fake_model import FakeModel
 from parent_notices import notices_in, texts
 
@@ -211,7 +211,7 @@ async def test_deleted_parent_session_clears_and_aborts_its_tasks(
     assert task.session_id is not None
     await backend.delete_session(parent)
     await until(lambda: _cleared(manager, parent), what="parent's tasks cleared")
-    assert manager.store.get(task.id) is None and manager.store.get(done.id) is None
+    assert await manager.store.get(task.id) is None and await manager.store.get(done.id) is None
     # the child's run no longer goes on (aborted, or deleted along with its parent)
     await until(lambda: _idle(backend, task.session_id), what="child not busy")
     try:
@@ -278,7 +278,7 @@ async def test_a_run_that_completes_after_cancel_stays_cancelled(
 ) -> None:
     async with (
         _NoAbortBackend(opencode.base_url) as backend,
-        TaskManager(backend, InMemoryTaskStore(), poll_interval=0.5) as manager,
+        TaskManager(backend, InMemoryTaskStore(), manager_config(poll_interval=0.5)) as manager,
     ):
         await asyncio.wait_for(manager.events.connected.wait(), 30)
         prompt = "[fake:delay=2] finishes despite the cancel"

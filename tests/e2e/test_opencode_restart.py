@@ -22,6 +22,7 @@ from e2e_support import (
     OpenCodeServer,
     free_port,
     has_notices,
+    manager_config,
     model_got,
     running_server,
     until,
@@ -37,7 +38,7 @@ async def test_restart_on_the_same_store_picks_the_task_up(
     prompt = "[fake:delay=3] outlive the manager"
 
     first_backend = OpenCodeBackend(opencode.base_url)
-    first = TaskManager(first_backend, SQLiteTaskStore(path), poll_interval=30.0)
+    first = TaskManager(first_backend, SQLiteTaskStore(path), manager_config(poll_interval=30.0))
     await first.start()
     parent = str((await first_backend.create_session(title="restart parent"))["id"])
     task = await first.task(parent, prompt, AGENT, "across restart")
@@ -47,7 +48,7 @@ async def test_restart_on_the_same_store_picks_the_task_up(
     async with OpenCodeBackend(opencode.base_url) as backend:
         store = SQLiteTaskStore(path)
         try:
-            async with TaskManager(backend, store, poll_interval=30.0) as second:
+            async with TaskManager(backend, store, manager_config(poll_interval=30.0)) as second:
                 (listed,) = await second.list(parent)
                 assert listed.id == task.id and listed.status is TaskStatus.RUNNING
                 out = await second.output(task.id, block=True, timeout=60)
@@ -67,14 +68,14 @@ async def test_restart_on_the_same_store_picks_the_task_up(
                 assert sum(f"Background task {task.id} completed" in n for n in notices) == 1
                 assert sum("answered your follow-up" in n for n in notices) == 1
         finally:
-            store.close()
+            await store.close()
 
 
 async def test_a_down_server_is_a_clear_error() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     async with (
         OpenCodeBackend(url, connect_timeout=2.0) as backend,
-        TaskManager(backend, InMemoryTaskStore(), follow_events=False) as manager,
+        TaskManager(backend, InMemoryTaskStore(), manager_config(follow_events=False)) as manager,
     ):
         with pytest.raises(BackendUnavailableError, match=f"OpenCode server at {url} "):
             await manager.task("ses_any", "hello", AGENT, "nowhere")
@@ -100,12 +101,14 @@ async def test_a_pending_notice_survives_the_restart_and_arrives_once(
         await backend.prompt_async(parent, PromptRequest(text=busy_prompt, agent=AGENT))
         await until(lambda: model_got(fake_model, busy_prompt), what="parent streaming")
 
-        first = TaskManager(OpenCodeBackend(opencode.base_url), SQLiteTaskStore(path))
+        first = TaskManager(
+            OpenCodeBackend(opencode.base_url), SQLiteTaskStore(path), manager_config()
+        )
         await first.start()
         task = await first.task(parent, "quick child", AGENT, "notice pending")
         out = await first.output(task.id, block=True, timeout=60)
         assert out.task.status is TaskStatus.COMPLETED
-        (pending,) = first.store.notices()
+        (pending,) = await first.store.notices()
         assert pending.task_id == task.id
         await first.aclose()
         assert await notices_in(backend, parent) == []
@@ -113,14 +116,14 @@ async def test_a_pending_notice_survives_the_restart_and_arrives_once(
         await backend.abort(parent)
         store = SQLiteTaskStore(path)
         try:
-            async with TaskManager(backend, store, poll_interval=30.0) as second:
+            async with TaskManager(backend, store, manager_config(poll_interval=30.0)) as second:
                 await until(lambda: has_notices(backend, parent, 1), what="notice delivered")
                 await asyncio.sleep(1.5)
                 (notice,) = await notices_in(backend, parent)
                 assert f"Background task {task.id} completed: notice pending" in notice
-                assert second.store.notices() == []
+                assert await second.store.notices() == []
         finally:
-            store.close()
+            await store.close()
 
 
 async def test_server_restart_reconnects_the_event_stream(
@@ -130,7 +133,9 @@ async def test_server_restart_reconnects_the_event_stream(
     with running_server(fake_model, tmp_path / "own") as server:
         async with (
             OpenCodeBackend(server.base_url) as backend,
-            TaskManager(backend, InMemoryTaskStore(), poll_interval=30.0) as manager,
+            TaskManager(
+                backend, InMemoryTaskStore(), manager_config(poll_interval=30.0)
+            ) as manager,
         ):
             await asyncio.wait_for(manager.events.connected.wait(), 30)
             parent = str((await backend.create_session(title="restarted server"))["id"])
@@ -161,7 +166,7 @@ async def test_a_run_lost_in_a_server_restart_ends_in_error(
         async with (
             OpenCodeBackend(server.base_url) as backend,
             TaskManager(
-                backend, InMemoryTaskStore(), poll_interval=0.5, stall_timeout=3.0
+                backend, InMemoryTaskStore(), manager_config(poll_interval=0.5, stall_timeout=3.0)
             ) as manager,
         ):
             parent = str((await backend.create_session(title="lost run"))["id"])

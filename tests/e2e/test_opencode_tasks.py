@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from asyncagents.tasks import InMemoryTaskStore, OpenCodeBackend, TaskManager, TaskStatus
-from e2e_support import AGENT, has_notices, until
+from e2e_support import AGENT, has_notices, manager_config, until
 from fake_model import FAIL_MESSAGE
 from parent_notices import notices_in
 
@@ -85,7 +85,9 @@ async def test_unknown_model_ends_in_error_with_the_servers_reason(
 ) -> None:
     # the user message is stored, no assistant message follows: only events tell the reason
     model = {"providerID": "fake", "modelID": "no-such-model"}
-    async with TaskManager(backend, InMemoryTaskStore(), poll_interval=30.0, model=model) as mgr:
+    async with TaskManager(
+        backend, InMemoryTaskStore(), manager_config(poll_interval=30.0, model=model)
+    ) as mgr:
         task = await mgr.task(parent, "hello", AGENT, "bad model")
         out = await mgr.output(task.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.ERROR

@@ -12,6 +12,7 @@ from asyncagents.tasks import (
     InProcessBackend,
     SQLiteTaskStore,
     TaskManager,
+    TaskManagerConfig,
     TaskStore,
 )
 from tasks_script import Script
@@ -28,15 +29,20 @@ def backend(script: Script) -> InProcessBackend:
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> TaskStore:
-    if request.param == "memory":
-        return InMemoryTaskStore()
-    return SQLiteTaskStore(tmp_path / "tasks.sqlite3")
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
+    made: TaskStore = (
+        InMemoryTaskStore()
+        if request.param == "memory"
+        else SQLiteTaskStore(tmp_path / "tasks.sqlite3")
+    )
+    yield made
+    await made.close()
 
 
 @pytest.fixture
 async def manager(backend: InProcessBackend, store: TaskStore) -> AsyncIterator[TaskManager]:
-    async with TaskManager(backend, store, poll_interval=0.2, notice_retry_initial=0.05) as mgr:
+    config = TaskManagerConfig(poll_interval=0.2, notice_retry_initial=0.05, wake="never")
+    async with TaskManager(backend, store, config) as mgr:
         await asyncio.wait_for(mgr.events.connected.wait(), 5)
         yield mgr
 

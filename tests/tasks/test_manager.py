@@ -14,7 +14,6 @@ from asyncagents.tasks import (
     ForkResumeConflictError,
     InMemoryTaskStore,
     InProcessBackend,
-    Notice,
     NoticeKind,
     PromptRequest,
     SessionExpiredError,
@@ -22,17 +21,34 @@ from asyncagents.tasks import (
     Task,
     TaskBeingResumedError,
     TaskManager,
+    TaskManagerConfig,
     TaskNotCompletedError,
     TaskNotFoundError,
     TaskNotRunningError,
     TaskStatus,
-    TaskStore,
 )
 from asyncagents.tasks.backend import JSON
 from asyncagents.tasks.notices import notice_tag
 from parent_notices import notices_in
 from polling import until
 from tasks_script import Script
+
+
+def _cfg(**kw: object) -> TaskManagerConfig:
+    """The tests' config: notices as noReply messages (the wake modes have their own tests)."""
+    return TaskManagerConfig.model_validate({"wake": "never", **kw})
+
+
+async def _gone(manager: TaskManager, task_id: str) -> bool:
+    return await manager.store.get(task_id) is None
+
+
+async def _retried(manager: TaskManager) -> bool:
+    return any(n.attempts > 0 for n in await manager.store.notices())
+
+
+async def _none_pending(manager: TaskManager) -> bool:
+    return not await manager.store.notices()
 
 
 async def test_launch_returns_at_once_and_completes_once(
@@ -254,7 +270,7 @@ async def test_deleted_child_and_deleted_parent(
     other = await manager.task(parent, "[hold] y", "explore", "parent deleted")
     await until(lambda: len(script.seen) == 2)
     await backend.delete_session(parent)
-    await until(lambda: manager.store.get(other.id) is None)
+    await until(lambda: _gone(manager, other.id))
     assert other.session_id and other.session_id not in await backend.status()
 
 
@@ -264,11 +280,11 @@ async def test_undelivered_notice_is_kept_and_retried(
     backend.fail_prompts.add(parent)
     task = await manager.task(parent, "x", "explore", "notice retry")
     await manager.output(task.id, block=True, timeout=5)
-    await until(lambda: any(n.attempts > 0 for n in manager.store.notices()))
-    (pending,) = manager.store.notices()
+    await until(lambda: _retried(manager))
+    (pending,) = await manager.store.notices()
     assert pending.kind is NoticeKind.COMPLETED and pending.task_id == task.id
     backend.fail_prompts.clear()
-    await until(lambda: not manager.store.notices(), timeout=10)
+    await until(lambda: _none_pending(manager), timeout=10)
     await asyncio.sleep(0.2)
     assert len(await notices_in(backend, parent)) == 1
 
@@ -338,7 +354,7 @@ async def test_fork_failure_is_an_error_not_a_silent_fork(
     def broken(raw: bytes) -> object:
         raise ValueError("messages[0]: not an object")
 
-    async with TaskManager(backend, store, poll_interval=0.2, fork_builder=broken) as manager:  # type: ignore[arg-type]
+    async with TaskManager(backend, store, _cfg(poll_interval=0.2), fork_builder=broken) as manager:  # type: ignore[arg-type]
         task = await manager.task(parent, "x", "explore", "bad fork", fork=True)
         out = await manager.output(task.id, block=True, timeout=5)
         assert out.task.status is TaskStatus.ERROR
@@ -377,16 +393,16 @@ async def test_restart_reattaches_lists_and_resumes(
     backend: InProcessBackend, tmp_path: Path, parent: str, script: Script
 ) -> None:
     path = tmp_path / "restart.sqlite3"
-    first = TaskManager(backend, SQLiteTaskStore(path), poll_interval=0.2)
+    first = TaskManager(backend, SQLiteTaskStore(path), _cfg(poll_interval=0.2))
     await first.start()
     done = await first.task(parent, "quick", "explore", "before restart")
     await first.output(done.id, block=True, timeout=5)
     running = await first.task(parent, "[hold] slow", "explore", "across restart")
     await until(lambda: len(script.seen) == 2)
     await first.close()
-    first.store.close()
+    await first.store.close()
 
-    async with TaskManager(backend, SQLiteTaskStore(path), poll_interval=0.2) as second:
+    async with TaskManager(backend, SQLiteTaskStore(path), _cfg(poll_interval=0.2)) as second:
         assert {t.id for t in await second.list(parent)} == {done.id, running.id}
         assert (await second.output(done.id)).task.result == "Reply to: quick"
         script.release.set()
@@ -402,14 +418,14 @@ async def test_restart_while_server_ran_without_us(
 ) -> None:
     """A task that completed while no manager watched is found done on start."""
     path = tmp_path / "offline.sqlite3"
-    first = TaskManager(backend, SQLiteTaskStore(path), poll_interval=0.2)
+    first = TaskManager(backend, SQLiteTaskStore(path), _cfg(poll_interval=0.2))
     await first.start()
     task = await first.task(parent, "[hold] x", "explore", "finished offline")
     await until(lambda: len(script.seen) == 1)
     await first.close()
     script.release.set()
     await asyncio.sleep(0.05)
-    async with TaskManager(backend, SQLiteTaskStore(path), poll_interval=5) as second:
+    async with TaskManager(backend, SQLiteTaskStore(path), _cfg(poll_interval=5)) as second:
         out = await second.output(task.id, block=True, timeout=5)
         assert out.task.status is TaskStatus.COMPLETED
         await until(lambda: _count(backend, parent, 1))
@@ -420,7 +436,7 @@ async def test_server_down_is_a_clear_error(parent: str) -> None:
     backend.down = True
     from asyncagents.tasks import BackendUnavailableError
 
-    async with TaskManager(backend, InMemoryTaskStore(), follow_events=False) as manager:
+    async with TaskManager(backend, InMemoryTaskStore(), _cfg(follow_events=False)) as manager:
         with pytest.raises(BackendUnavailableError):
             await manager.task(parent, "x", "explore", "d")
 
@@ -452,7 +468,7 @@ async def test_the_first_session_error_of_a_turn_is_its_reason(script: Script, p
     generic = {"name": "UnknownError", "data": {"message": "Error: stack trace\n at x.js:1"}}
     backend = _NoRunBackend(script, [first, generic])
     parent = str((await backend.create_session())["id"])
-    async with TaskManager(backend, InMemoryTaskStore(), poll_interval=0.1) as manager:
+    async with TaskManager(backend, InMemoryTaskStore(), _cfg(poll_interval=0.1)) as manager:
         task = await manager.task(parent, "x", "nope", "bad agent")
         out = await manager.output(task.id, block=True, timeout=5)
     assert out.task.status is TaskStatus.ERROR
@@ -465,7 +481,7 @@ async def test_a_run_the_server_lost_ends_in_error_after_the_stall_timeout(
     backend = _NoRunBackend(script, [])
     parent = str((await backend.create_session())["id"])
     async with TaskManager(
-        backend, InMemoryTaskStore(), poll_interval=0.1, stall_timeout=0.5
+        backend, InMemoryTaskStore(), _cfg(poll_interval=0.1, stall_timeout=0.5)
     ) as manager:
         task = await manager.task(parent, "x", "explore", "lost run")
         await asyncio.sleep(0.3)
@@ -479,7 +495,7 @@ async def test_a_busy_quiet_run_is_not_a_stalled_one(
     backend: InProcessBackend, parent: str, script: Script
 ) -> None:
     async with TaskManager(
-        backend, InMemoryTaskStore(), poll_interval=0.1, stall_timeout=0.3
+        backend, InMemoryTaskStore(), _cfg(poll_interval=0.1, stall_timeout=0.3)
     ) as manager:
         task = await manager.task(parent, "[hold] x", "explore", "quiet but busy")
         await asyncio.sleep(1.2)  # four stall timeouts without an event: still busy on the server
@@ -487,25 +503,6 @@ async def test_a_busy_quiet_run_is_not_a_stalled_one(
         script.release.set()
         out = await manager.output(task.id, block=True, timeout=5)
     assert out.task.status is TaskStatus.COMPLETED
-
-
-def test_store_lists_the_pending_notices_of_one_parent(store: TaskStore) -> None:
-    def notice(parent: str, created_at: int) -> Notice:
-        return Notice(
-            task_id="tsk_1",
-            parent_session_id=parent,
-            kind=NoticeKind.COMPLETED,
-            turn=1,
-            text=f"{parent} {created_at}",
-            created_at=created_at,
-        )
-
-    for n in (notice("ses_b", 3), notice("ses_a", 2), notice("ses_b", 1)):
-        store.save_notice(n)
-    assert [n.text for n in store.notices("ses_b")] == ["ses_b 1", "ses_b 3"]
-    assert [n.text for n in store.notices("ses_a")] == ["ses_a 2"]
-    assert [n.text for n in store.notices()] == ["ses_b 1", "ses_a 2", "ses_b 3"]
-    assert store.notices("ses_c") == []
 
 
 class _EndsDuringStatus(InProcessBackend):
@@ -526,7 +523,7 @@ async def test_a_turn_that_ends_during_the_stall_check_completes(script: Script)
     backend = _EndsDuringStatus(script)
     parent = str((await backend.create_session())["id"])
     async with TaskManager(
-        backend, InMemoryTaskStore(), poll_interval=0.1, stall_timeout=0.2
+        backend, InMemoryTaskStore(), _cfg(poll_interval=0.1, stall_timeout=0.2)
     ) as manager:
         task = await manager.task(parent, "[hold] x", "explore", "ends late")
         out = await manager.output(task.id, block=True, timeout=5)

@@ -6,13 +6,18 @@
 agent-facing side. Importing this package does not load the Rust extension.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .backend import PromptRequest, SessionBackend
+from .config import TaskManagerConfig, WakeMode
 from .errors import (
+    AmbiguousTaskIdError,
     BackendError,
     BackendUnavailableError,
     ForkResumeConflictError,
     SessionExpiredError,
     SessionNotFoundError,
+    StoreError,
     TaskBeingResumedError,
     TaskError,
     TaskNotCompletedError,
@@ -23,7 +28,16 @@ from .errors import (
 from .events import EventFollower
 from .inprocess import InProcessBackend, InProcessTurn, ProviderError
 from .manager import TaskManager, default_store_path
-from .models import Notice, NoticeKind, OutputResult, Task, TaskProgress, TaskStatus
+from .models import (
+    Notice,
+    NoticeKind,
+    OutputResult,
+    Task,
+    TaskChange,
+    TaskChangeKind,
+    TaskProgress,
+    TaskStatus,
+)
 from .notices import NoticeCourier
 from .opencode import OpenCodeBackend
 from .store import InMemoryTaskStore, SQLiteTaskStore, TaskStore
@@ -37,10 +51,14 @@ from .tools import (
 )
 from .turns import TurnState, read_turn
 
+if TYPE_CHECKING:
+    from .store import PostgresTaskStore
+
 __all__ = [
     "DEFAULT_OUTPUT_TIMEOUT_SECONDS",
     "TOOLS",
     "TOOL_NAMES",
+    "AmbiguousTaskIdError",
     "BackendError",
     "BackendUnavailableError",
     "EventFollower",
@@ -53,16 +71,21 @@ __all__ = [
     "NoticeKind",
     "OpenCodeBackend",
     "OutputResult",
+    "PostgresTaskStore",
     "PromptRequest",
     "ProviderError",
     "SQLiteTaskStore",
     "SessionBackend",
     "SessionExpiredError",
     "SessionNotFoundError",
+    "StoreError",
     "Task",
     "TaskBeingResumedError",
+    "TaskChange",
+    "TaskChangeKind",
     "TaskError",
     "TaskManager",
+    "TaskManagerConfig",
     "TaskNotCompletedError",
     "TaskNotFoundError",
     "TaskNotRunningError",
@@ -72,8 +95,18 @@ __all__ = [
     "TaskStore",
     "ToolDefinition",
     "TurnState",
+    "WakeMode",
     "default_store_path",
     "disabled_tools",
     "read_turn",
     "run_tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`PostgresTaskStore` on first use: psycopg is an optional dependency."""
+    if name == "PostgresTaskStore":
+        from . import store
+
+        return store.PostgresTaskStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

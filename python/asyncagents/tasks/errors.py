@@ -33,6 +33,18 @@ class TaskNotFoundError(TaskError, LookupError):
         self.task_id = task_id
 
 
+class AmbiguousTaskIdError(TaskRequestError):
+    """A task id prefix that matches more than one task."""
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        super().__init__(
+            f"Task id {prefix!r} is ambiguous; it matches several tasks: "
+            f"{', '.join(candidates)}. Give more characters of the id."
+        )
+        self.prefix = prefix
+        self.candidates = list(candidates)
+
+
 class TaskNotCompletedError(TaskRequestError):
     """Resume of a task that is not `completed` (running, failed or cancelled)."""
 
@@ -86,6 +98,13 @@ class TaskNotRunningError(TaskRequestError):
         )
         self.task_id = task_id
         self.status = status
+
+
+class StoreError(TaskError):
+    """The task store failed (unreachable, full, read-only, corrupt, or not ours).
+
+    The message names the file or the DSN (without its password) and what failed.
+    """
 
 
 class BackendError(TaskError):

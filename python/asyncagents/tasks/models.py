@@ -6,7 +6,7 @@ import itertools
 import os
 import time
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,6 +77,10 @@ class Task(BaseModel):
     result_retrieved_at: int | None = None
     progress: TaskProgress = Field(default_factory=TaskProgress)
     fork_stats: dict[str, Any] | None = None
+    #: name of the backend (session server) the task runs on; other backends' managers skip it
+    backend: str = ""
+    #: instance id of the manager that follows the task (under its lease); None = nobody yet
+    owner: str | None = None
 
     @property
     def label(self) -> str:
@@ -93,6 +97,8 @@ class NoticeKind(str, Enum):
     COMPLETED = "completed"
     ERROR = "error"
     RESUME_COMPLETED = "resume_completed"
+    #: a follow-up failed or was aborted; the task is `completed` again with its last result
+    RESUME_FAILED = "resume_failed"
 
 
 class Notice(BaseModel):
@@ -108,6 +114,11 @@ class Notice(BaseModel):
     attempts: int = 0
     last_error: str | None = None
     next_attempt_at: int = 0
+    #: name of the backend the notice's task ran on; only its managers deliver it
+    backend: str = ""
+    #: manager instance that claimed the notice for delivery, until `claim_expires_at` (ms)
+    claimed_by: str | None = None
+    claim_expires_at: int | None = None
 
 
 class OutputResult(BaseModel):
@@ -116,3 +127,23 @@ class OutputResult(BaseModel):
     task: Task
     timed_out: bool = False
     waited_seconds: float = 0.0
+
+
+TaskChangeKind = Literal[
+    "task.created",
+    "task.updated",
+    "task.completed",
+    "task.error",
+    "task.cancelled",
+    "task.resumed",
+    "task.cleared",
+]
+
+
+class TaskChange(BaseModel):
+    """What a `TaskManager` listener receives after each stored change of a task."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: TaskChangeKind
+    task: Task

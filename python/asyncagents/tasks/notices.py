@@ -1,23 +1,40 @@
-"""Telling a parent session what its background tasks did: exactly once, never dropped.
+"""Telling a parent session what its background tasks did: exactly once, across processes.
 
-A notice is saved in the store in the same transaction as the state change that caused it, then
-delivered as a ``noReply`` prompt to the parent. Delivery waits while the parent is busy (a
-message slipped into a running turn changes what the model answers), failed deliveries are kept
-and retried with backoff, and a retry after an uncertain failure first looks for the notice's
-id in the parent's recent messages so it is never delivered twice.
+A notice is saved in the store in the same transaction as the state change that caused it. The
+`NoticeCourier` owns a loop (like `EventFollower`) that, for each parent with due notices:
+waits while the parent is busy (a message slipped into a running turn changes what the model
+answers), and in ``all_done`` mode while any of its tasks still runs; claims the parent's
+notices in the store (a claim that expires, so a dead courier's notices are taken up again);
+looks for each notice's id in the parent's recent messages, the last guard against a second
+delivery after an uncertain failure; sends the rest in ONE prompt; deletes them. A failed
+delivery releases the claim with a backoff.
+
+Wake modes: ``"each"`` and ``"all_done"`` send the notices as a prompt the parent's agent answers,
+with the agent and model of the parent's last user message; ``"never"`` adds them without a
+reply (``noReply``). Every delivery ends with how many of the parent's tasks still run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from .backend import PromptRequest, SessionBackend
+from .backend import JSON, PromptRequest, SessionBackend
+from .config import TaskManagerConfig
 from .errors import BackendError, SessionNotFoundError
+from .jobs import wait_event
 from .models import Notice, NoticeKind, Task, now_ms
 from .store import TaskStore
 
 log = logging.getLogger(__name__)
+
+#: how many of the parent's newest messages the duplicate guard reads
+GUARD_WINDOW = 100
+#: parents served at once in one pass
+PARALLEL_PARENTS = 16
 
 
 def notice_tag(notice_id: str) -> str:
@@ -26,13 +43,20 @@ def notice_tag(notice_id: str) -> str:
 
 
 def format_notice(notice_id: str, task: Task, kind: NoticeKind) -> str:
-    """The text the parent reads."""
+    """The text the parent reads for one ended turn."""
     head = notice_tag(notice_id)
     where = f'Read it again with asyncagents_output(task_id="{task.id}").'
     if kind is NoticeKind.ERROR:
         return (
             f"{head}\nBackground task {task.label} failed: {task.description}\n"
             f"Error: {task.error}\n{where} Start a new asyncagents_task to try again."
+        )
+    if kind is NoticeKind.RESUME_FAILED:
+        return (
+            f"{head}\nBackground task {task.label} could not answer your follow-up: "
+            f"{task.description}\nError: {task.error}\n"
+            "The task is completed again and keeps its previous result. "
+            f'{where} Resume it with asyncagents_task(resume="{task.id}", prompt=...).'
         )
     result = task.result or "(the task finished without a text reply)"
     if kind is NoticeKind.RESUME_COMPLETED:
@@ -47,115 +71,206 @@ def format_notice(notice_id: str, task: Task, kind: NoticeKind) -> str:
     )
 
 
+def running_line(running: int) -> str:
+    """The last line of every delivery: how many of the parent's tasks still run."""
+    if running == 0:
+        return "You have no background tasks still running."
+    if running == 1:
+        return "You have 1 background task still running."
+    return f"You have {running} background tasks still running."
+
+
+def format_delivery(notices: Sequence[Notice], running: int) -> str:
+    """One prompt for all the notices delivered to a parent at once, oldest first."""
+    return "\n\n".join([*(n.text for n in notices), running_line(running)])
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def parent_agent_and_model(messages: Sequence[JSON]) -> tuple[str | None, dict[str, str] | None]:
+    """The agent and model of the newest user message (OpenCode's ``info.agent``,
+    ``info.model.providerID/modelID``): a wake prompt runs as the parent's own turn would."""
+    for message in reversed(messages):
+        info = _dict(_dict(message).get("info"))
+        if info.get("role") != "user":
+            continue
+        agent = info.get("agent")
+        model = _dict(info.get("model"))
+        provider, model_id = model.get("providerID"), model.get("modelID")
+        return (
+            agent if isinstance(agent, str) and agent else None,
+            {"providerID": provider, "modelID": model_id}
+            if isinstance(provider, str) and isinstance(model_id, str)
+            else None,
+        )
+    return None, None
+
+
+def _texts(messages: Sequence[JSON]) -> str:
+    return "\n".join(
+        str(part.get("text") or "")
+        for message in messages
+        for part in _dict(message).get("parts") or ()
+        if isinstance(part, dict)
+    )
+
+
 class NoticeCourier:
-    """Delivers pending notices from a `TaskStore` through a `SessionBackend`."""
+    """Delivers the pending notices of one backend; owns its loop (`start` / `stop`)."""
 
     def __init__(
         self,
         backend: SessionBackend,
         store: TaskStore,
+        config: TaskManagerConfig,
         *,
-        retry_initial: float = 1.0,
-        retry_max: float = 60.0,
-        wait_while_busy: bool = True,
+        owner: str,
+        backend_name: str,
+        running_tasks: Callable[[str], Awaitable[int]],
+        on_parent_gone: Callable[[str], Awaitable[object]] | None = None,
     ) -> None:
         self._backend = backend
         self._store = store
-        self._retry_initial = retry_initial
-        self._retry_max = retry_max
-        self._wait_while_busy = wait_while_busy
-        self._in_flight: set[str] = set()
-        #: parents found deleted during delivery; the manager clears their tasks
-        self.gone_parents: asyncio.Queue[str] = asyncio.Queue()
+        self._config = config
+        self._owner = owner
+        self._backend_name = backend_name
+        self._running_tasks = running_tasks
+        self._on_parent_gone = on_parent_gone
+        self._wakeup = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._pass_lock = asyncio.Lock()
         self.delivered = 0
 
-    def pending(self) -> list[Notice]:
-        """Every notice not delivered yet."""
-        return self._store.notices()
+    # -- loop ---------------------------------------------------------------------------------
 
-    async def deliver_due(
-        self, *, parent_session_id: str | None = None, force: bool = False
-    ) -> int:
-        """Try every pending notice whose retry time has come (all of one parent when given).
-
-        `force` ignores the backoff (the parent just went idle). Returns how many were delivered.
-        """
-        now = now_ms()
-        due = [
-            n
-            for n in self._store.notices(parent_session_id)
-            if (force or n.next_attempt_at <= now) and n.id not in self._in_flight
-        ]
-        if not due:
-            return 0
-        busy: set[str] = set()
-        if self._wait_while_busy:
-            try:
-                busy = set((await self._backend.status()).keys())
-            except BackendError as exc:
-                for notice in due:
-                    self._failed(notice, exc)
-                return 0
-        # one parent's notices go in order; parents run side by side
-        by_parent: dict[str, list[Notice]] = {}
-        for notice in due:
-            if notice.parent_session_id not in busy:
-                by_parent.setdefault(notice.parent_session_id, []).append(notice)
-        results = await asyncio.gather(*(self._deliver_all(ns) for ns in by_parent.values()))
-        return sum(results)
-
-    async def _deliver_all(self, notices: list[Notice]) -> int:
-        count = 0
-        for notice in notices:
-            if not await self.deliver(notice):
-                break
-            count += 1
-        return count
-
-    async def deliver(self, notice: Notice) -> bool:
-        """Deliver one notice now; True when it is delivered (or its parent is gone)."""
-        if notice.id in self._in_flight:
-            return False
-        self._in_flight.add(notice.id)
-        try:
-            current = self._store.get_notice(notice.id)
-            if current is None:
-                return True  # delivered by a concurrent pass, or cleared with its parent
-            notice = current
-            if notice.attempts > 0 and await self._already_there(notice):
-                self._store.delete_notice(notice.id)
-                return True
-            await self._backend.prompt(
-                notice.parent_session_id, PromptRequest(text=notice.text, no_reply=True)
+    def start(self) -> None:
+        """Start the delivery loop (idempotent)."""
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(
+                self._run(), name="notice-courier"
             )
-            self._store.delete_notice(notice.id)
-            self.delivered += 1
-            return True
+            self._wakeup.set()
+
+    async def stop(self) -> None:
+        """Stop the loop; a delivery in flight is abandoned (its claim expires)."""
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def poke(self) -> None:
+        """Look at the pending notices now (a notice was queued, or a parent went idle)."""
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        while True:
+            await wait_event(self._wakeup, self._config.notice_interval)
+            self._wakeup.clear()
+            try:
+                await self.deliver_due()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("notice delivery pass failed")
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    async def pending(self, parent_session_id: str | None = None) -> list[Notice]:
+        """Every notice of this backend not delivered yet, oldest first."""
+        return await self._store.notices(parent_session_id, backend=self._backend_name)
+
+    async def deliver_due(self, parent_session_id: str | None = None) -> int:
+        """One pass: deliver what is due to every parent ready for it. Returns how many."""
+        async with self._pass_lock:
+            now = now_ms()
+            parents: dict[str, None] = {}
+            for notice in await self.pending(parent_session_id):
+                claimable = notice.claimed_by is None or (notice.claim_expires_at or 0) <= now
+                if notice.next_attempt_at <= now and claimable:
+                    parents[notice.parent_session_id] = None
+            if not parents:
+                return 0
+            busy: set[str] = set()
+            if self._config.wait_for_idle_parent:
+                try:
+                    busy = set((await self._backend.status()).keys())
+                except BackendError as exc:
+                    log.info("notices wait: the server's status failed: %s", exc)
+                    return 0
+            limit = asyncio.Semaphore(PARALLEL_PARENTS)
+
+            async def serve(parent: str) -> int:
+                async with limit:
+                    return await self._serve_parent(parent)
+
+            counts = await asyncio.gather(*(serve(p) for p in parents if p not in busy))
+            return sum(counts)
+
+    async def _serve_parent(self, parent: str) -> int:
+        if self._config.wake == "all_done" and await self._running_tasks(parent) > 0:
+            return 0  # one wake when the last one ends
+        claimed = await self._store.claim_notices(
+            self._owner,
+            self._backend_name,
+            self._config.notice_claim_ttl,
+            parent_session_id=parent,
+        )
+        if not claimed:
+            return 0
+        try:
+            return await self._deliver(parent, claimed)
+        except asyncio.CancelledError:
+            raise
         except SessionNotFoundError:
-            log.info("parent %s is gone; dropping notice %s", notice.parent_session_id, notice.id)
-            self._store.delete_notice(notice.id)
-            self.gone_parents.put_nowait(notice.parent_session_id)
-            return True
-        except BackendError as exc:
-            self._failed(notice, exc)
-            return False
-        finally:
-            self._in_flight.discard(notice.id)
+            log.info("parent %s is gone; dropping %d notice(s)", parent, len(claimed))
+            for notice in claimed:
+                await self._store.delete_notice(notice.id)
+            if self._on_parent_gone is not None:
+                await self._on_parent_gone(parent)
+            return 0
+        except Exception as exc:
+            for notice in claimed:
+                await self._release(notice, exc)
+            return 0
 
-    async def _already_there(self, notice: Notice) -> bool:
-        """After an uncertain failure: is the notice in the parent's recent messages already?"""
-        tag = notice_tag(notice.id)
-        for message in await self._backend.messages(notice.parent_session_id, limit=50):
-            for part in message.get("parts") or ():
-                if isinstance(part, dict) and tag in str(part.get("text") or ""):
-                    return True
-        return False
+    async def _deliver(self, parent: str, claimed: list[Notice]) -> int:
+        recent = await self._backend.messages(parent, limit=GUARD_WINDOW)
+        seen = _texts(recent)
+        fresh: list[Notice] = []
+        for notice in claimed:
+            if notice_tag(notice.id) in seen:
+                # delivered by an attempt whose answer was lost: never twice
+                await self._store.delete_notice(notice.id)
+            else:
+                fresh.append(notice)
+        if not fresh:
+            return 0
+        text = format_delivery(fresh, await self._running_tasks(parent))
+        if self._config.wake == "never":
+            await self._backend.prompt(parent, PromptRequest(text=text, no_reply=True))
+        else:
+            agent, model = parent_agent_and_model(recent)
+            await self._backend.prompt_async(
+                parent, PromptRequest(text=text, agent=agent, model=model)
+            )
+        for notice in fresh:
+            await self._store.delete_notice(notice.id)
+        self.delivered += len(fresh)
+        return len(fresh)
 
-    def _failed(self, notice: Notice, exc: Exception) -> None:
+    async def _release(self, notice: Notice, exc: Exception) -> None:
         notice.attempts += 1
         notice.last_error = f"{type(exc).__name__}: {exc}"
-        delay = min(self._retry_max, self._retry_initial * 2 ** (notice.attempts - 1))
+        delay = min(
+            self._config.notice_retry_max,
+            self._config.notice_retry_initial * 2 ** (notice.attempts - 1),
+        )
         notice.next_attempt_at = now_ms() + int(delay * 1000)
         log.info("notice %s not delivered (attempt %d): %s", notice.id, notice.attempts, exc)
-        if self._store.get_notice(notice.id) is not None:
-            self._store.save_notice(notice)
+        try:
+            await self._store.release_notice(notice)
+        except Exception as store_exc:
+            log.warning("notice %s: release failed (%s); its claim expires", notice.id, store_exc)

@@ -1,0 +1,57 @@
+"""`Jobs`: the manager's background coroutines, kept so that none is lost or left running."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from typing import Any
+
+
+class Jobs:
+    """A set of running tasks: `spawn` keeps a reference until each ends; `cancel_all` stops
+    them; `wait_idle` waits for the in-flight ones (for tests and graceful stops)."""
+
+    def __init__(self) -> None:
+        self._jobs: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        job = asyncio.get_running_loop().create_task(coro)
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+        return job
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    async def wait_idle(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self._jobs and loop.time() < end:
+            await asyncio.wait(set(self._jobs), timeout=end - loop.time())
+
+    async def cancel_all(self) -> None:
+        jobs = list(self._jobs)
+        for job in jobs:
+            job.cancel()
+        for job in jobs:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await job
+        self._jobs.clear()
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait until `event` is set or `timeout` s pass; True if set.
+
+    Unlike ``asyncio.wait_for`` before Python 3.12, a cancellation that arrives as the event
+    is set is never swallowed (a loop stopped at that moment would run on forever).
+    """
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        done, _ = await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+    return bool(done)

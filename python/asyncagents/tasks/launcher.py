@@ -1,0 +1,145 @@
+"""`Launcher`: starts the turns of tasks in the background: fork context, injection, prompt.
+
+The child session is created (and the task stored) by the manager's `task` call; everything
+slow runs here. A failure at any step ends the turn in ``error`` with the step and the reason
+(a failed follow-up returns the task to ``completed``), and the parent is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .backend import PromptRequest, SessionBackend
+from .config import TaskManagerConfig
+from .models import Task, TaskStatus
+from .recorder import Recorder
+from .registry import Run
+from .store import TaskStore
+from .tools import disabled_tools
+from .transitions import fork_stats, started
+from .watcher import Watcher, abort_quietly
+
+log = logging.getLogger(__name__)
+
+
+class ForkContextLike(Protocol):
+    """What the fork step needs from `asyncagents.build_fork_context`'s result."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def stats(self) -> Any: ...
+
+
+ForkBuilder = Callable[[bytes], ForkContextLike]
+
+
+def default_fork_builder(raw: bytes) -> ForkContextLike:
+    """The fork pipeline, imported on first use (it loads the Rust extension)."""
+    from asyncagents import build_fork_context
+
+    ctx: ForkContextLike = build_fork_context(raw)
+    return ctx
+
+
+def _stats_dict(stats: Any) -> dict[str, Any] | None:
+    dump = getattr(stats, "model_dump", None)
+    if callable(dump):
+        out: dict[str, Any] = dump(mode="json")
+        return out
+    return dict(stats) if isinstance(stats, dict) else None
+
+
+class Launcher:
+    """Runs the background part of launching and resuming a task."""
+
+    def __init__(
+        self,
+        backend: SessionBackend,
+        store: TaskStore,
+        recorder: Recorder,
+        watcher: Watcher,
+        config: TaskManagerConfig,
+        fork_builder: ForkBuilder,
+    ) -> None:
+        self._backend = backend
+        self._store = store
+        self._recorder = recorder
+        self._watcher = watcher
+        self._config = config
+        self._fork_builder = fork_builder
+
+    def request(self, task: Task, text: str) -> PromptRequest:
+        """A prompt to the child: its agent, the configured model, the task tools switched off."""
+        return PromptRequest(
+            text=text, agent=task.agent or None, tools=disabled_tools(), model=self._config.model
+        )
+
+    async def launch(self, task: Task, run: Run) -> None:
+        """Fork context (when asked), then the prompt; any failure ends the task in error."""
+        assert task.session_id is not None
+        step = "launch"
+        try:
+            after: str | None = None
+            if task.is_forked:
+                step = "fork: reading the parent's messages"
+                raw = await self._backend.messages_raw(task.parent_session_id)
+                step = "fork: building the context"
+                ctx = await asyncio.to_thread(self._fork_builder, raw)
+                stats = _stats_dict(ctx.stats)
+                if ctx.text:
+                    step = "fork: injecting the context"
+                    injected = await self._backend.prompt(
+                        task.session_id,
+                        self.request(task, ctx.text).model_copy(update={"no_reply": True}),
+                    )
+                    after = str(injected["info"]["id"])
+                await self._recorder.apply(
+                    task.id, fork_stats(task.turn, stats), "task.updated", background=True
+                )
+            step = "sending the prompt"
+            await self.start_turn(task, run, task.prompt, after)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("task %s failed at %s: %s", task.id, step, exc)
+            await self._watcher.finish(
+                task.id, task.turn, TaskStatus.ERROR, error=f"{step} failed: {exc}"
+            )
+
+    async def resume(self, task: Task, run: Run, prompt: str, after: str | None) -> None:
+        """Send a follow-up; a failure returns the task to completed with the reason."""
+        try:
+            await self.start_turn(task, run, prompt, after)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._watcher.finish(
+                task.id, task.turn, TaskStatus.ERROR, error=f"resume failed: {exc}"
+            )
+
+    async def start_turn(self, task: Task, run: Run, text: str, after: str | None) -> None:
+        """prompt_async, then record that the turn runs (and check once: it may be over)."""
+        assert task.session_id is not None
+        await self._backend.prompt_async(task.session_id, self.request(task, text))
+        run.after_message_id = after
+        run.prompt_sent = True
+        out = await self._recorder.apply(
+            task.id, started(task.turn, after), "task.updated", background=True
+        )
+        if out is None:
+            try:
+                current = await self._store.get(task.id)
+            except Exception as exc:
+                log.info("task %s: the store failed (%s); the checks decide", task.id, exc)
+                current = task
+            if current is None or current.turn != task.turn or not current.status.active:
+                # cancelled or cleared while we were starting it: stop the run we just began
+                await abort_quietly(self._backend, task.session_id)
+                return
+            # the write failed: the run stays followed, the checks end it from the messages
+        self._watcher.schedule_check(task.id)

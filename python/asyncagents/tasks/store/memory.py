@@ -1,0 +1,196 @@
+"""A dict-backed `TaskStore` for tests and throwaway managers (one process, nothing persisted).
+
+Each method runs without awaiting in between, so on one event loop every call is atomic; a
+thread lock also makes it safe to share between threads. Records are copied on the way in and
+out, so a caller mutating a returned task never changes the stored one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+
+from ..errors import StoreError
+from ..models import Notice, Task, TaskStatus, now_ms
+from .base import ACTIVE_STATUSES, Mutation
+from .rows import seconds_to_ms as _ms
+
+
+class InMemoryTaskStore:
+    """`TaskStore` in three dicts: tasks, leases (owner -> expiry ms) and notices."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._tasks: dict[str, Task] = {}
+        self._notices: dict[str, Notice] = {}
+        self._leases: dict[str, tuple[str, int]] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def insert(self, task: Task) -> None:
+        with self._lock:
+            if task.id in self._tasks:
+                raise StoreError(f"Cannot insert task {task.id} in memory: the id exists")
+            self._tasks[task.id] = task.model_copy(deep=True)
+
+    async def get(self, task_id: str) -> Task | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return None if task is None else task.model_copy(deep=True)
+
+    async def ids_with_prefix(
+        self, prefix: str, parent_session_id: str | None = None, limit: int = 2
+    ) -> list[str]:
+        with self._lock:
+            ids = sorted(
+                t.id
+                for t in self._tasks.values()
+                if t.id.startswith(prefix)
+                and (parent_session_id is None or t.parent_session_id == parent_session_id)
+            )
+        return ids[: max(limit, 0)]
+
+    async def update(self, task_id: str, mutate: Mutation) -> tuple[Task, Notice | None] | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return None
+            out = mutate(task.model_copy(deep=True))
+            if out is None:
+                return None
+            new, notice = out
+            self._tasks[task_id] = new.model_copy(deep=True)
+            if notice is not None:
+                self._notices[notice.id] = notice.model_copy()
+            return new, notice
+
+    async def list_tasks(
+        self,
+        parent_session_id: str | None = None,
+        statuses: Collection[TaskStatus] | None = None,
+        *,
+        backend: str | None = None,
+        owner: str | None = None,
+    ) -> list[Task]:
+        with self._lock:
+            tasks = [
+                t.model_copy(deep=True)
+                for t in self._tasks.values()
+                if (parent_session_id is None or t.parent_session_id == parent_session_id)
+                and (statuses is None or t.status in statuses)
+                and (backend is None or t.backend == backend)
+                and (owner is None or t.owner == owner)
+            ]
+        tasks.sort(key=lambda t: (t.created_at, t.id), reverse=True)
+        return tasks
+
+    async def find_by_session(self, session_id: str) -> Task | None:
+        with self._lock:
+            found = [t for t in self._tasks.values() if t.session_id == session_id]
+            if not found:
+                return None
+            return max(found, key=lambda t: (t.created_at, t.id)).model_copy(deep=True)
+
+    async def delete_parent(self, parent_session_id: str, backend: str | None = None) -> list[Task]:
+        def doomed(parent: str, of_backend: str) -> bool:
+            return parent == parent_session_id and (backend is None or of_backend == backend)
+
+        with self._lock:
+            gone = [t for t in self._tasks.values() if doomed(t.parent_session_id, t.backend)]
+            for task in gone:
+                del self._tasks[task.id]
+            for notice in list(self._notices.values()):
+                if doomed(notice.parent_session_id, notice.backend):
+                    del self._notices[notice.id]
+        gone.sort(key=lambda t: (t.created_at, t.id), reverse=True)
+        return gone
+
+    async def renew_lease(self, owner: str, backend: str, ttl: float) -> None:
+        with self._lock:
+            self._leases[owner] = (backend, now_ms() + _ms(ttl))
+
+    async def drop_lease(self, owner: str) -> None:
+        with self._lock:
+            self._leases.pop(owner, None)
+
+    def _lease_live(self, owner: str | None, now: int) -> bool:
+        lease = None if owner is None else self._leases.get(owner)
+        return lease is not None and lease[1] > now
+
+    async def take_over(self, owner: str, backend: str, limit: int = 500) -> list[Task]:
+        with self._lock:
+            now = now_ms()
+            orphans = sorted(
+                (
+                    t
+                    for t in self._tasks.values()
+                    if t.backend == backend
+                    and t.status in ACTIVE_STATUSES
+                    and t.owner != owner
+                    and not self._lease_live(t.owner, now)
+                ),
+                key=lambda t: (t.created_at, t.id),
+            )[: max(limit, 0)]
+            for task in orphans:
+                task.owner = owner
+            return [t.model_copy(deep=True) for t in orphans]
+
+    async def notices(
+        self, parent_session_id: str | None = None, *, backend: str | None = None
+    ) -> list[Notice]:
+        # a Notice holds only immutable scalars: a shallow copy is a full one
+        with self._lock:
+            out = [
+                n.model_copy()
+                for n in self._notices.values()
+                if (parent_session_id is None or n.parent_session_id == parent_session_id)
+                and (backend is None or n.backend == backend)
+            ]
+        out.sort(key=lambda n: (n.created_at, n.id))
+        return out
+
+    async def claim_notices(
+        self,
+        owner: str,
+        backend: str,
+        claim_ttl: float,
+        *,
+        parent_session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Notice]:
+        with self._lock:
+            now = now_ms()
+            due = sorted(
+                (
+                    n
+                    for n in self._notices.values()
+                    if n.backend == backend
+                    and (parent_session_id is None or n.parent_session_id == parent_session_id)
+                    and n.next_attempt_at <= now
+                    and (n.claimed_by is None or (n.claim_expires_at or 0) <= now)
+                ),
+                key=lambda n: (n.created_at, n.id),
+            )[: max(limit, 0)]
+            for notice in due:
+                notice.claimed_by = owner
+                notice.claim_expires_at = now + _ms(claim_ttl)
+            return [n.model_copy() for n in due]
+
+    async def release_notice(self, notice: Notice) -> None:
+        with self._lock:
+            stored = self._notices.get(notice.id)
+            if stored is None or stored.claimed_by != notice.claimed_by:
+                return
+            stored.attempts = notice.attempts
+            stored.last_error = notice.last_error
+            stored.next_attempt_at = notice.next_attempt_at
+            stored.claimed_by = None
+            stored.claim_expires_at = None
+
+    async def delete_notice(self, notice_id: str) -> None:
+        with self._lock:
+            self._notices.pop(notice_id, None)

@@ -1,0 +1,493 @@
+"""`PostgresTaskStore`: tasks, leases and notices in one PostgreSQL database, shared by many hosts.
+
+Several hosts (and several worker processes on each) point at one database by giving the same DSN
+(and `schema`): each runs its own managers, each manager with its own instance id and its
+backend's name. Row locks make that safe: `update` reads the task ``FOR UPDATE`` and writes it in
+the same transaction; `take_over` and `claim_notices` pick and mark their rows in one statement
+with ``FOR UPDATE SKIP LOCKED``, so two managers never get the same task or notice, and neither
+waits for the other. Lease and claim times come from the database server's clock (epoch
+milliseconds), so hosts whose clocks disagree still agree on when a lease expired; a notice is
+due when its ``next_attempt_at`` (set by the manager from its host's clock) is not after the
+server's now.
+
+The tables live in their own PostgreSQL schema (``asyncagents`` by default) with a version table
+of ours (``asyncagents_meta``). `open` creates them in an empty (or missing) schema and refuses a
+schema that holds anything else, without changing it. The connecting role needs ``CREATE`` on the
+database the first time (to create the schema), then only read/write on its tables.
+
+Example: ``PostgresTaskStore("postgresql://tasks@db.internal/agents", max_size=20)`` on every
+host; keep the password out of the DSN with a ``~/.pgpass`` file or ``PGPASSWORD``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..errors import StoreError
+from ..models import Notice, Task, TaskStatus
+from .base import ACTIVE_STATUSES, Mutation
+from .rows import load_notice, load_task, seconds_to_ms
+
+#: the row of ``asyncagents_meta`` that marks a schema as ours
+APPLICATION = "asyncagents-tasks"
+#: the schema version this code writes and reads
+SCHEMA_VERSION = 1
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+#: "now" in epoch ms on the server, fixed for one statement
+_NOW = "(extract(epoch from statement_timestamp()) * 1000)::bigint"
+_TABLES = frozenset({"asyncagents_meta", "tasks", "notices", "leases"})
+#: text columns sort by code point (``COLLATE "C"``), like Python and SQLite
+_SCHEMA = (
+    "CREATE TABLE asyncagents_meta (application TEXT NOT NULL, version INTEGER NOT NULL)",
+    'CREATE TABLE tasks (id TEXT COLLATE "C" PRIMARY KEY, parent_session_id TEXT NOT NULL, '
+    "session_id TEXT, status TEXT NOT NULL, created_at BIGINT NOT NULL, data TEXT NOT NULL, "
+    "backend TEXT NOT NULL DEFAULT '', owner TEXT)",
+    "CREATE INDEX tasks_parent ON tasks (parent_session_id, created_at)",
+    "CREATE INDEX tasks_session ON tasks (session_id)",
+    "CREATE INDEX tasks_backend_status ON tasks (backend, status, created_at)",
+    "CREATE INDEX tasks_owner ON tasks (owner)",
+    'CREATE TABLE notices (id TEXT COLLATE "C" PRIMARY KEY, parent_session_id TEXT NOT NULL, '
+    "created_at BIGINT NOT NULL, data TEXT NOT NULL, backend TEXT NOT NULL DEFAULT '', "
+    "claimed_by TEXT, claim_expires_at BIGINT, next_attempt_at BIGINT NOT NULL DEFAULT 0)",
+    "CREATE INDEX notices_parent ON notices (parent_session_id, created_at)",
+    "CREATE INDEX notices_claim ON notices (backend, next_attempt_at, created_at)",
+    "CREATE TABLE leases (owner TEXT PRIMARY KEY, backend TEXT NOT NULL, "
+    "expires_at BIGINT NOT NULL)",
+)
+
+_TASK_COLUMNS = "id, data, backend, owner"
+_NOTICE_COLUMNS = "id, data, backend, claimed_by, claim_expires_at, next_attempt_at"
+_ACTIVE = sorted(s.value for s in ACTIVE_STATUSES)
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password, fit for an error message or a log."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "(unparsable DSN)"
+    params.pop("password", None)
+    return make_conninfo("", **params)
+
+
+def _where(clauses: Sequence[tuple[str, Any]]) -> tuple[str, list[Any]]:
+    """``col = %s AND ...`` for every clause whose value is not None, and the values."""
+    given = [(column, value) for column, value in clauses if value is not None]
+    sql = " AND ".join(f"{column} = %s" for column, _ in given) or "TRUE"
+    return sql, [value for _, value in given]
+
+
+class PostgresTaskStore:
+    """A `TaskStore` in PostgreSQL (psycopg 3, async, with a connection pool).
+
+    `open` is called by the first call if it was not awaited before. `timeout` bounds the wait for
+    a pooled connection and `connect_timeout` each connection attempt; every statement is bounded
+    by `statement_timeout` (seconds). Any database failure raises `StoreError` naming the DSN
+    without its password.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "asyncagents",
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        statement_timeout: float = 30.0,
+    ) -> None:
+        if not _IDENTIFIER.fullmatch(schema):
+            raise ValueError(
+                f"schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*), got {schema!r}"
+            )
+        self.dsn = dsn
+        self.schema = schema
+        self.min_size = min_size
+        self.max_size = max_size
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.statement_timeout = statement_timeout
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] | None = None
+        self._open_lock = asyncio.Lock()
+        self._where = f"PostgreSQL task store {redact_dsn(dsn)!r} (schema {schema})"
+        try:
+            self._password = conninfo_to_dict(dsn).get("password") or None
+        except psycopg.Error:
+            self._password = None
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _error(self, what: str, exc: BaseException) -> StoreError:
+        cause = str(exc).strip() or type(exc).__name__
+        if self._password:
+            cause = cause.replace(str(self._password), "***")
+        return StoreError(f"{self._where}: {what} failed: {cause}")
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        return {"autocommit": True, "connect_timeout": max(1, round(self.connect_timeout))}
+
+    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(
+            "SELECT set_config('search_path', %s, false), "
+            "set_config('statement_timeout', %s, false)",
+            (self.schema, str(seconds_to_ms(self.statement_timeout))),
+        )
+
+    async def open(self) -> None:
+        async with self._open_lock:
+            if self._pool is not None:
+                return
+            try:
+                conn = await asyncio.wait_for(
+                    psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs()),
+                    self.connect_timeout + 5,
+                )
+            except (psycopg.Error, OSError, asyncio.TimeoutError) as exc:
+                raise self._error("connecting", exc) from exc
+            try:
+                async with conn:
+                    await self._configure(conn)
+                    await self._prepare_schema(conn)
+            except psycopg.Error as exc:
+                raise self._error("opening the store", exc) from exc
+            pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
+            pool = AsyncConnectionPool(
+                self.dsn,
+                min_size=self.min_size,
+                max_size=self.max_size,
+                timeout=self.timeout,
+                kwargs=self._connect_kwargs(),
+                configure=self._configure,
+                # a connection broken by a server restart is replaced, not handed out
+                check=AsyncConnectionPool.check_connection,
+                open=False,
+                name=f"asyncagents-{self.schema}",
+            )
+            try:
+                await pool.open(wait=True, timeout=self.timeout)
+            except (PoolTimeout, psycopg.Error) as exc:
+                await pool.close()
+                raise self._error("opening the connection pool", exc) from exc
+            self._pool = pool
+
+    async def _prepare_schema(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Create our tables in an empty schema; `StoreError` if the schema is not ours."""
+        async with conn.transaction():
+            # one opener at a time per schema: concurrent first starts do not race on CREATE
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"asyncagents.tasks:{self.schema}",)
+            )
+            cur = await conn.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+                (self.schema,),
+            )
+            relations = {str(r[0]) for r in await cur.fetchall()}
+            if not relations:
+                await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+                for statement in _SCHEMA:
+                    await conn.execute(statement)  # search_path points at the schema
+                await conn.execute(
+                    "INSERT INTO asyncagents_meta (application, version) VALUES (%s, %s)",
+                    (APPLICATION, SCHEMA_VERSION),
+                )
+                return
+            meta: list[tuple[Any, ...]] = []
+            if "asyncagents_meta" in relations:
+                cur = await conn.execute("SELECT application, version FROM asyncagents_meta")
+                meta = await cur.fetchall()
+            if len(meta) == 1 and meta[0][0] == APPLICATION:
+                version = int(meta[0][1])
+                if version > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{self._where}: the schema holds version {version}, newer than this "
+                        f"asyncagents understands ({SCHEMA_VERSION}); upgrade asyncagents or "
+                        "use another schema"
+                    )
+                if version == SCHEMA_VERSION and relations == _TABLES:
+                    return
+            names = ", ".join(sorted(relations))
+            raise StoreError(
+                f"{self._where}: the schema is not an asyncagents task store (it holds: "
+                f"{names}); it was left untouched. Give PostgresTaskStore another schema= or "
+                "database."
+            )
+
+    async def close(self) -> None:
+        async with self._open_lock:
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                await pool.close()
+
+    @asynccontextmanager
+    async def _connection(self, what: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection; database failures become `StoreError` (others pass through)."""
+        if self._pool is None:
+            await self.open()
+        pool = self._pool
+        if pool is None:  # closed concurrently
+            raise StoreError(f"{self._where}: {what} failed: the store was closed")
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            raise self._error(what, exc) from exc
+
+    async def _fetch(
+        self, what: str, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[Any]:
+        async with self._connection(what) as conn:
+            cur = await conn.execute(sql, args)
+            return await cur.fetchall()
+
+    async def _execute(self, what: str, sql: str, args: Sequence[Any] = ()) -> None:
+        async with self._connection(what) as conn:
+            await conn.execute(sql, args)
+
+    def _tasks(self, rows: list[Any]) -> list[Task]:
+        loaded = (load_task(self._where, r[0], r[1], r[2], r[3]) for r in rows)
+        return [t for t in loaded if t is not None]
+
+    def _notices(self, rows: list[Any]) -> list[Notice]:
+        loaded = (load_notice(self._where, *r[:6]) for r in rows)
+        return [n for n in loaded if n is not None]
+
+    # --- tasks -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _task_values(task: Task) -> tuple[Any, ...]:
+        return (
+            task.parent_session_id,
+            task.session_id,
+            task.status.value,
+            task.created_at,
+            task.model_dump_json(),
+            task.backend,
+            task.owner,
+            task.id,
+        )
+
+    async def insert(self, task: Task) -> None:
+        await self._execute(
+            f"inserting task {task.id}",
+            "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
+            "backend, owner, id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            self._task_values(task),
+        )
+
+    async def get(self, task_id: str) -> Task | None:
+        rows = await self._fetch(
+            f"reading task {task_id}",
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s",
+            (task_id,),
+        )
+        tasks = self._tasks(rows)
+        return tasks[0] if tasks else None
+
+    async def ids_with_prefix(
+        self, prefix: str, parent_session_id: str | None = None, limit: int = 2
+    ) -> list[str]:
+        where, args = _where([("parent_session_id", parent_session_id)])
+        rows = await self._fetch(
+            "looking up task ids",
+            f"SELECT id FROM tasks WHERE starts_with(id, %s) AND {where} ORDER BY id LIMIT %s",
+            [prefix, *args, max(limit, 0)],
+        )
+        return [str(r[0]) for r in rows]
+
+    async def update(self, task_id: str, mutate: Mutation) -> tuple[Task, Notice | None] | None:
+        async with self._connection(f"updating task {task_id}") as conn, conn.transaction():
+            cur = await conn.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (task_id,)
+            )
+            tasks = self._tasks(await cur.fetchall())
+            out = mutate(tasks[0]) if tasks else None
+            if out is None:
+                return None
+            new, notice = out
+            await conn.execute(
+                "UPDATE tasks SET parent_session_id = %s, session_id = %s, status = %s, "
+                "created_at = %s, data = %s, backend = %s, owner = %s WHERE id = %s",
+                self._task_values(new),
+            )
+            if notice is not None:
+                await conn.execute(
+                    "INSERT INTO notices (parent_session_id, created_at, data, backend, "
+                    "claimed_by, claim_expires_at, next_attempt_at, id) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+                    "parent_session_id = excluded.parent_session_id, "
+                    "created_at = excluded.created_at, data = excluded.data, "
+                    "backend = excluded.backend, claimed_by = excluded.claimed_by, "
+                    "claim_expires_at = excluded.claim_expires_at, "
+                    "next_attempt_at = excluded.next_attempt_at",
+                    (
+                        notice.parent_session_id,
+                        notice.created_at,
+                        notice.model_dump_json(),
+                        notice.backend,
+                        notice.claimed_by,
+                        notice.claim_expires_at,
+                        notice.next_attempt_at,
+                        notice.id,
+                    ),
+                )
+            return new, notice
+
+    async def list_tasks(
+        self,
+        parent_session_id: str | None = None,
+        statuses: Collection[TaskStatus] | None = None,
+        *,
+        backend: str | None = None,
+        owner: str | None = None,
+    ) -> list[Task]:
+        where, args = _where(
+            [("parent_session_id", parent_session_id), ("backend", backend), ("owner", owner)]
+        )
+        if statuses is not None:
+            values = sorted({s.value for s in statuses})
+            if not values:
+                return []
+            where += " AND status = ANY(%s)"
+            args.append(values)
+        rows = await self._fetch(
+            "listing tasks",
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {where} ORDER BY created_at DESC, id DESC",
+            args,
+        )
+        return self._tasks(rows)
+
+    async def find_by_session(self, session_id: str) -> Task | None:
+        rows = await self._fetch(
+            f"finding the task of session {session_id}",
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE session_id = %s "
+            "ORDER BY created_at DESC, id DESC LIMIT 1",
+            (session_id,),
+        )
+        tasks = self._tasks(rows)
+        return tasks[0] if tasks else None
+
+    async def delete_parent(self, parent_session_id: str, backend: str | None = None) -> list[Task]:
+        where, args = _where([("parent_session_id", parent_session_id), ("backend", backend)])
+        what = f"deleting the tasks of parent {parent_session_id}"
+        async with self._connection(what) as conn, conn.transaction():
+            cur = await conn.execute(
+                f"DELETE FROM tasks WHERE {where} RETURNING {_TASK_COLUMNS}, created_at", args
+            )
+            rows = await cur.fetchall()
+            await conn.execute(f"DELETE FROM notices WHERE {where}", args)
+        rows.sort(key=lambda r: (r[4], r[0]), reverse=True)
+        return self._tasks(rows)
+
+    # --- ownership -------------------------------------------------------------------------------
+
+    async def renew_lease(self, owner: str, backend: str, ttl: float) -> None:
+        await self._execute(
+            f"renewing the lease of {owner}",
+            f"INSERT INTO leases (owner, backend, expires_at) VALUES (%s, %s, {_NOW} + %s) "
+            "ON CONFLICT (owner) DO UPDATE SET backend = excluded.backend, "
+            "expires_at = excluded.expires_at",
+            (owner, backend, seconds_to_ms(ttl)),
+        )
+
+    async def drop_lease(self, owner: str) -> None:
+        await self._execute(
+            f"dropping the lease of {owner}", "DELETE FROM leases WHERE owner = %s", (owner,)
+        )
+
+    async def take_over(self, owner: str, backend: str, limit: int = 500) -> list[Task]:
+        # Step 1 locks candidates (SKIP LOCKED: rows another taker holds are left to it). A row
+        # that another taker changed after this statement's snapshot is re-checked against its
+        # new owner but with the old snapshot of `leases`, which may miss that taker's fresh
+        # lease; so step 2, a new statement (new snapshot) on rows we now hold, re-checks the
+        # lease before taking them.
+        what = f"taking over tasks of backend {backend!r} for {owner}"
+        args = {"backend": backend, "active": _ACTIVE, "owner": owner, "limit": max(limit, 0)}
+        orphaned = (
+            "owner IS DISTINCT FROM %(owner)s AND NOT EXISTS (SELECT 1 FROM leases l "
+            f"WHERE l.owner = tasks.owner AND l.expires_at > {_NOW})"
+        )
+        async with self._connection(what) as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT id FROM tasks WHERE backend = %(backend)s AND status = ANY(%(active)s) "
+                f"AND {orphaned} ORDER BY created_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
+                args,
+            )
+            ids = [r[0] for r in await cur.fetchall()]
+            if not ids:
+                return []
+            cur = await conn.execute(
+                f"UPDATE tasks SET owner = %(owner)s WHERE id = ANY(%(ids)s) AND {orphaned} "
+                f"RETURNING {_TASK_COLUMNS}, created_at",
+                {**args, "ids": ids},
+            )
+            rows = await cur.fetchall()
+        rows.sort(key=lambda r: (r[4], r[0]))
+        return self._tasks(rows)
+
+    # --- notices ---------------------------------------------------------------------------------
+
+    async def notices(
+        self, parent_session_id: str | None = None, *, backend: str | None = None
+    ) -> list[Notice]:
+        where, args = _where([("parent_session_id", parent_session_id), ("backend", backend)])
+        rows = await self._fetch(
+            "listing notices",
+            f"SELECT {_NOTICE_COLUMNS} FROM notices WHERE {where} ORDER BY created_at, id",
+            args,
+        )
+        return self._notices(rows)
+
+    async def claim_notices(
+        self,
+        owner: str,
+        backend: str,
+        claim_ttl: float,
+        *,
+        parent_session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Notice]:
+        parent = "" if parent_session_id is None else "AND parent_session_id = %(parent)s "
+        rows = await self._fetch(
+            f"claiming notices of backend {backend!r} for {owner}",
+            "WITH due AS (SELECT id FROM notices WHERE backend = %(backend)s "
+            f"AND next_attempt_at <= {_NOW} "
+            f"AND (claimed_by IS NULL OR claim_expires_at <= {_NOW}) {parent}"
+            "ORDER BY created_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
+            f"UPDATE notices n SET claimed_by = %(owner)s, claim_expires_at = {_NOW} + %(ttl)s "
+            "FROM due WHERE n.id = due.id RETURNING n.id, n.data, n.backend, n.claimed_by, "
+            "n.claim_expires_at, n.next_attempt_at, n.created_at",
+            {
+                "backend": backend,
+                "parent": parent_session_id,
+                "limit": max(limit, 0),
+                "owner": owner,
+                "ttl": seconds_to_ms(claim_ttl),
+            },
+        )
+        rows.sort(key=lambda r: (r[6], r[0]))
+        return self._notices(rows)
+
+    async def release_notice(self, notice: Notice) -> None:
+        data = notice.model_copy(update={"claimed_by": None, "claim_expires_at": None})
+        await self._execute(
+            f"releasing notice {notice.id}",
+            "UPDATE notices SET data = %s, next_attempt_at = %s, claimed_by = NULL, "
+            "claim_expires_at = NULL WHERE id = %s AND claimed_by IS NOT DISTINCT FROM %s",
+            (data.model_dump_json(), notice.next_attempt_at, notice.id, notice.claimed_by),
+        )
+
+    async def delete_notice(self, notice_id: str) -> None:
+        await self._execute(
+            f"deleting notice {notice_id}", "DELETE FROM notices WHERE id = %s", (notice_id,)
+        )

@@ -1,0 +1,58 @@
+"""Rows to records and back, shared by the SQL stores.
+
+A task or notice is kept as its JSON in a ``data`` column, beside columns the queries filter on.
+The columns that change without rewriting the JSON (a task's `owner` on take-over, a notice's
+claim) are the truth: loading puts them over the JSON's values. A row whose JSON does not load
+is logged and skipped, never raised: one bad row must not make a store unusable.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+
+from ..models import Notice, Task
+
+log = logging.getLogger("asyncagents.tasks.store")
+
+
+def load_task(
+    where: str, task_id: str, data: str | bytes, backend: str, owner: str | None
+) -> Task | None:
+    """The task of a row, or None (with a warning naming the store and the id) if it is broken."""
+    try:
+        task = Task.model_validate_json(data)
+    except (ValidationError, ValueError) as exc:
+        log.warning("%s: skipping task row %r that does not load: %s", where, task_id, exc)
+        return None
+    task.backend = backend
+    task.owner = owner
+    return task
+
+
+def load_notice(
+    where: str,
+    notice_id: str,
+    data: str | bytes,
+    backend: str,
+    claimed_by: str | None,
+    claim_expires_at: int | None,
+    next_attempt_at: int,
+) -> Notice | None:
+    """The notice of a row, or None (with a warning) if it is broken."""
+    try:
+        notice = Notice.model_validate_json(data)
+    except (ValidationError, ValueError) as exc:
+        log.warning("%s: skipping notice row %r that does not load: %s", where, notice_id, exc)
+        return None
+    notice.backend = backend
+    notice.claimed_by = claimed_by
+    notice.claim_expires_at = claim_expires_at
+    notice.next_attempt_at = next_attempt_at
+    return notice
+
+
+def seconds_to_ms(seconds: float) -> int:
+    """A TTL in whole milliseconds, the unit of every stored time."""
+    return round(seconds * 1000)

@@ -1,0 +1,500 @@
+"""`SQLiteTaskStore`: tasks, leases and notices in one SQLite file, shared by local processes.
+
+One connection per store, used from a worker thread (`asyncio.to_thread`) under a lock, so a
+large write never blocks the event loop. Every change is one ``BEGIN IMMEDIATE`` transaction:
+the write lock is taken up front, so concurrent processes on the same file queue
+(``busy_timeout``) instead of interleaving or deadlocking on a lock upgrade. This serialisation is
+what makes `take_over` and `claim_notices` hand each task and notice to one caller only. A call
+whose caller is cancelled still finishes (or rolls back) its transaction in the thread: it is
+never cut off halfway.
+
+The file carries our ``application_id`` and a schema version in ``user_version``. `open` creates
+the schema in an empty file, migrates our own older layout (version 1: the two tables of the first
+release, without ``user_version``) in one transaction, and refuses any other database without
+touching it. Times are epoch milliseconds of this machine's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import StoreError
+from ..models import Notice, Task, TaskStatus, now_ms
+from .base import ACTIVE_STATUSES, Mutation
+from .rows import load_notice, load_task, seconds_to_ms
+
+T = TypeVar("T")
+
+#: ``PRAGMA application_id`` of an asyncagents task store ("AsAg")
+APPLICATION_ID = 0x41734167
+#: ``PRAGMA user_version`` this code writes; version 1 is the first release's layout (no pragmas)
+SCHEMA_VERSION = 2
+
+#: the first release's tables, exactly; also the base the current schema is migrated from
+_V1_SCHEMA = (
+    "CREATE TABLE tasks (id TEXT PRIMARY KEY, parent_session_id TEXT NOT NULL, session_id TEXT, "
+    "status TEXT NOT NULL, created_at INTEGER NOT NULL, data TEXT NOT NULL)",
+    "CREATE INDEX tasks_parent ON tasks (parent_session_id, created_at)",
+    "CREATE INDEX tasks_session ON tasks (session_id)",
+    "CREATE INDEX tasks_status ON tasks (status)",
+    "CREATE TABLE notices (id TEXT PRIMARY KEY, parent_session_id TEXT NOT NULL, "
+    "created_at INTEGER NOT NULL, data TEXT NOT NULL)",
+    "CREATE INDEX notices_parent ON notices (parent_session_id, created_at)",
+)
+_V1_TABLES = {
+    "tasks": ["id", "parent_session_id", "session_id", "status", "created_at", "data"],
+    "notices": ["id", "parent_session_id", "created_at", "data"],
+}
+#: version 1 -> 2: ownership columns, leases, notice claims (a new file gets v1 + this, so both
+#: paths end in the same layout)
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE tasks ADD COLUMN backend TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN owner TEXT",
+    "CREATE INDEX tasks_backend_status ON tasks (backend, status, created_at)",
+    "CREATE INDEX tasks_owner ON tasks (owner)",
+    "ALTER TABLE notices ADD COLUMN backend TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE notices ADD COLUMN claimed_by TEXT",
+    "ALTER TABLE notices ADD COLUMN claim_expires_at INTEGER",
+    "ALTER TABLE notices ADD COLUMN next_attempt_at INTEGER NOT NULL DEFAULT 0",
+    # a row whose JSON is broken keeps 0 (due now) and is skipped with a warning when read
+    "UPDATE notices SET next_attempt_at = CASE WHEN json_valid(data) THEN "
+    "coalesce(CAST(json_extract(data, '$.next_attempt_at') AS INTEGER), 0) ELSE 0 END",
+    "CREATE INDEX notices_claim ON notices (backend, next_attempt_at, created_at)",
+    "CREATE TABLE leases (owner TEXT PRIMARY KEY, backend TEXT NOT NULL, "
+    "expires_at INTEGER NOT NULL)",
+)
+_CURRENT_TABLES = {
+    "tasks": [*_V1_TABLES["tasks"], "backend", "owner"],
+    "notices": [
+        *_V1_TABLES["notices"],
+        "backend",
+        "claimed_by",
+        "claim_expires_at",
+        "next_attempt_at",
+    ],
+    "leases": ["owner", "backend", "expires_at"],
+}
+
+#: ``data`` travels as UTF-8 bytes both ways (SQLite converts to and from TEXT): no Python-side
+#: decode or encode of a large record while holding the interpreter lock
+_TASK_COLUMNS = "id, CAST(data AS BLOB), backend, owner"
+_NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at, next_attempt_at"
+_ACTIVE = tuple(sorted(s.value for s in ACTIVE_STATUSES))
+
+
+def _json(record: Task | Notice) -> bytes:
+    """The record's JSON as UTF-8 bytes (stored as TEXT by ``CAST(? AS TEXT)``)."""
+    return record.__pydantic_serializer__.to_json(record)
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """End a failed transaction; an error here is dropped, the original one says more."""
+    if db.in_transaction:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+def _exec(sql: str, *args: Any) -> Callable[[sqlite3.Connection], None]:
+    """Work that runs one statement and returns nothing."""
+
+    def work(db: sqlite3.Connection) -> None:
+        db.execute(sql, args)
+
+    return work
+
+
+class SQLiteTaskStore:
+    """A `TaskStore` in one SQLite file (stdlib ``sqlite3``, WAL journal); see module docstring.
+
+    `open` is called by the first call if it was not awaited before. Errors of the file (missing
+    permission, read-only, full disk, corrupt, not ours) raise `StoreError` naming the path.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
+        self.path = Path(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._where = f"SQLite task store {self.path}"
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _error(self, what: str, exc: BaseException) -> StoreError:
+        return StoreError(f"{self._where}: {what} failed: {exc}")
+
+    async def _run(self, what: str, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `work` on the connection in a worker thread, opening it first if needed."""
+        return await asyncio.to_thread(self._locked, what, work, False)
+
+    async def _write(self, what: str, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `work` in one ``BEGIN IMMEDIATE`` transaction in a worker thread."""
+        return await asyncio.to_thread(self._locked, what, work, True)
+
+    def _locked(self, what: str, work: Callable[[sqlite3.Connection], T], write: bool) -> T:
+        with self._lock:
+            if self._db is None:
+                self._db = self._connect()
+            db = self._db
+            try:
+                if not write:
+                    return work(db)
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    out = work(db)
+                    db.execute("COMMIT")
+                except BaseException:
+                    _rollback(db)
+                    raise
+                return out
+            except sqlite3.Error as exc:
+                raise self._error(what, exc) from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open the file, check that it is ours (or empty) and bring its schema up to date."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self._where}: cannot create its directory: {exc}") from exc
+        try:
+            db = sqlite3.connect(
+                str(self.path),
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout_ms / 1000,
+            )
+        except sqlite3.Error as exc:
+            raise self._error("opening the file", exc) from exc
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            self._check(db)  # read only: nothing is written to a database that is not ours
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                version = self._check(db)  # again under the write lock: another process may
+                if version < SCHEMA_VERSION:  # have created or migrated it meanwhile
+                    if version == 0:
+                        for statement in _V1_SCHEMA:
+                            db.execute(statement)
+                    for statement in _MIGRATE_1_TO_2:
+                        db.execute(statement)
+                    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+        except StoreError:
+            db.close()
+            raise
+        except sqlite3.Error as exc:
+            db.close()
+            raise self._error("opening the store", exc) from exc
+        return db
+
+    def _check(self, db: sqlite3.Connection) -> int:
+        """The file's schema version: 0 empty, 1 first release, 2 current; else `StoreError`."""
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        objects = db.execute(
+            "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+        tables = {
+            name: [c[1] for c in db.execute("SELECT * FROM pragma_table_info(?)", (name,))]
+            for kind, name in objects
+            if kind == "table"
+        }
+        if app_id == APPLICATION_ID:
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self._where}: the file holds schema version {version}, newer than this "
+                    f"asyncagents understands ({SCHEMA_VERSION}); upgrade asyncagents or use "
+                    "another file"
+                )
+            if version == SCHEMA_VERSION and tables == _CURRENT_TABLES:
+                return SCHEMA_VERSION
+        elif app_id == 0 and version == 0:
+            if not objects:
+                return 0
+            if tables == _V1_TABLES and {k for k, _ in objects} <= {"table", "index"}:
+                return 1
+        names = ", ".join(sorted(name for _, name in objects)) or "none"
+        raise StoreError(
+            f"{self._where}: the file is not an asyncagents task store (application_id "
+            f"{app_id}, user_version {version}, objects: {names}); it was left untouched. "
+            "Use another file for the task store."
+        )
+
+    # --- tasks -----------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._run("opening the store", lambda db: None)
+
+    async def close(self) -> None:
+        def close() -> None:
+            with self._lock:
+                db, self._db = self._db, None
+                if db is not None:
+                    try:
+                        db.close()
+                    except sqlite3.Error as exc:
+                        raise self._error("closing the file", exc) from exc
+
+        await asyncio.to_thread(close)
+
+    def _task(self, row: Sequence[Any]) -> Task | None:
+        return load_task(self._where, row[0], row[1], row[2], row[3])
+
+    def _tasks(self, rows: list[Any]) -> list[Task]:
+        return [t for t in map(self._task, rows) if t is not None]
+
+    @staticmethod
+    def _task_values(task: Task) -> tuple[Any, ...]:
+        return (
+            task.parent_session_id,
+            task.session_id,
+            task.status.value,
+            task.created_at,
+            _json(task),
+            task.backend,
+            task.owner,
+            task.id,
+        )
+
+    @staticmethod
+    def _save_notice(db: sqlite3.Connection, notice: Notice) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO notices (parent_session_id, created_at, data, backend, "
+            "claimed_by, claim_expires_at, next_attempt_at, id) "
+            "VALUES (?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?)",
+            (
+                notice.parent_session_id,
+                notice.created_at,
+                _json(notice),
+                notice.backend,
+                notice.claimed_by,
+                notice.claim_expires_at,
+                notice.next_attempt_at,
+                notice.id,
+            ),
+        )
+
+    async def insert(self, task: Task) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
+                "backend, owner, id) VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?)",
+                self._task_values(task),
+            )
+
+        await self._write(f"inserting task {task.id}", work)
+
+    async def get(self, task_id: str) -> Task | None:
+        def work(db: sqlite3.Connection) -> Task | None:
+            row = db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
+            found = row.fetchone()
+            return None if found is None else self._task(found)
+
+        return await self._run(f"reading task {task_id}", work)
+
+    async def ids_with_prefix(
+        self, prefix: str, parent_session_id: str | None = None, limit: int = 2
+    ) -> list[str]:
+        sql = "SELECT id FROM tasks WHERE substr(id, 1, ?) = ?"
+        args: list[Any] = [len(prefix), prefix]
+        if parent_session_id is not None:
+            sql += " AND parent_session_id = ?"
+            args.append(parent_session_id)
+        args.append(max(limit, 0))
+        return await self._run(
+            "looking up task ids",
+            lambda db: [r[0] for r in db.execute(sql + " ORDER BY id LIMIT ?", args)],
+        )
+
+    async def update(self, task_id: str, mutate: Mutation) -> tuple[Task, Notice | None] | None:
+        def work(db: sqlite3.Connection) -> tuple[Task, Notice | None] | None:
+            row = db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
+            found = row.fetchone()
+            task = None if found is None else self._task(found)
+            out = None if task is None else mutate(task)
+            if out is None:
+                return None
+            new, notice = out
+            db.execute(
+                "UPDATE tasks SET parent_session_id = ?, session_id = ?, status = ?, "
+                "created_at = ?, data = CAST(? AS TEXT), backend = ?, owner = ? WHERE id = ?",
+                self._task_values(new),
+            )
+            if notice is not None:
+                self._save_notice(db, notice)
+            return new, notice
+
+        return await self._write(f"updating task {task_id}", work)
+
+    async def list_tasks(
+        self,
+        parent_session_id: str | None = None,
+        statuses: Collection[TaskStatus] | None = None,
+        *,
+        backend: str | None = None,
+        owner: str | None = None,
+    ) -> list[Task]:
+        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE 1 = 1"
+        args: list[Any] = []
+        for column, value in (
+            ("parent_session_id", parent_session_id),
+            ("backend", backend),
+            ("owner", owner),
+        ):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                args.append(value)
+        if statuses is not None:
+            values = sorted({s.value for s in statuses})
+            if not values:
+                return []
+            sql += f" AND status IN ({', '.join('?' * len(values))})"
+            args.extend(values)
+        sql += " ORDER BY created_at DESC, id DESC"
+        return await self._run(
+            "listing tasks", lambda db: self._tasks(db.execute(sql, args).fetchall())
+        )
+
+    async def find_by_session(self, session_id: str) -> Task | None:
+        def work(db: sqlite3.Connection) -> Task | None:
+            row = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE session_id = ? "
+                "ORDER BY created_at DESC, id DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            return None if row is None else self._task(row)
+
+        return await self._run(f"finding the task of session {session_id}", work)
+
+    async def delete_parent(self, parent_session_id: str, backend: str | None = None) -> list[Task]:
+        where, args = "parent_session_id = ?", [parent_session_id]
+        if backend is not None:
+            where, args = where + " AND backend = ?", [*args, backend]
+
+        def work(db: sqlite3.Connection) -> list[Task]:
+            rows = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {where} "
+                "ORDER BY created_at DESC, id DESC",
+                args,
+            ).fetchall()
+            db.execute(f"DELETE FROM tasks WHERE {where}", args)
+            db.execute(f"DELETE FROM notices WHERE {where}", args)
+            return self._tasks(rows)
+
+        return await self._write(f"deleting the tasks of parent {parent_session_id}", work)
+
+    # --- ownership -------------------------------------------------------------------------------
+
+    async def renew_lease(self, owner: str, backend: str, ttl: float) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO leases (owner, backend, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(owner) DO UPDATE SET backend = excluded.backend, "
+                "expires_at = excluded.expires_at",
+                (owner, backend, now_ms() + seconds_to_ms(ttl)),
+            )
+
+        await self._write(f"renewing the lease of {owner}", work)
+
+    async def drop_lease(self, owner: str) -> None:
+        await self._write(
+            f"dropping the lease of {owner}", _exec("DELETE FROM leases WHERE owner = ?", owner)
+        )
+
+    async def take_over(self, owner: str, backend: str, limit: int = 500) -> list[Task]:
+        def work(db: sqlite3.Connection) -> list[Task]:
+            rows = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = ? AND status IN (?, ?) "
+                "AND (owner IS NULL OR owner != ?) AND NOT EXISTS (SELECT 1 FROM leases "
+                "WHERE leases.owner = tasks.owner AND leases.expires_at > ?) "
+                "ORDER BY created_at, id LIMIT ?",
+                (backend, *_ACTIVE, owner, now_ms(), max(limit, 0)),
+            ).fetchall()
+            # broken rows are taken too (and skipped in the answer), so they never fill `limit`
+            db.executemany("UPDATE tasks SET owner = ? WHERE id = ?", [(owner, r[0]) for r in rows])
+            return self._tasks([(r[0], r[1], r[2], owner) for r in rows])
+
+        return await self._write(f"taking over tasks of backend {backend!r} for {owner}", work)
+
+    # --- notices ---------------------------------------------------------------------------------
+
+    def _notices(self, rows: list[Any]) -> list[Notice]:
+        loaded = (load_notice(self._where, *row) for row in rows)
+        return [n for n in loaded if n is not None]
+
+    async def notices(
+        self, parent_session_id: str | None = None, *, backend: str | None = None
+    ) -> list[Notice]:
+        sql = f"SELECT {_NOTICE_COLUMNS} FROM notices WHERE 1 = 1"
+        args: list[Any] = []
+        for column, value in (("parent_session_id", parent_session_id), ("backend", backend)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                args.append(value)
+        sql += " ORDER BY created_at, id"
+        return await self._run(
+            "listing notices", lambda db: self._notices(db.execute(sql, args).fetchall())
+        )
+
+    async def claim_notices(
+        self,
+        owner: str,
+        backend: str,
+        claim_ttl: float,
+        *,
+        parent_session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Notice]:
+        def work(db: sqlite3.Connection) -> list[Notice]:
+            now = now_ms()
+            expires = now + seconds_to_ms(claim_ttl)
+            sql = (
+                f"SELECT {_NOTICE_COLUMNS} FROM notices WHERE backend = ? "
+                "AND next_attempt_at <= ? AND (claimed_by IS NULL OR claim_expires_at <= ?)"
+            )
+            args: list[Any] = [backend, now, now]
+            if parent_session_id is not None:
+                sql += " AND parent_session_id = ?"
+                args.append(parent_session_id)
+            args.append(max(limit, 0))
+            rows = db.execute(sql + " ORDER BY created_at, id LIMIT ?", args).fetchall()
+            db.executemany(
+                "UPDATE notices SET claimed_by = ?, claim_expires_at = ? WHERE id = ?",
+                [(owner, expires, r[0]) for r in rows],
+            )
+            return self._notices([(*r[:3], owner, expires, r[5]) for r in rows])
+
+        return await self._write(f"claiming notices of backend {backend!r} for {owner}", work)
+
+    async def release_notice(self, notice: Notice) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE notices SET data = CAST(? AS TEXT), next_attempt_at = ?, "
+                "claimed_by = NULL, claim_expires_at = NULL WHERE id = ? AND claimed_by IS ?",
+                (
+                    _json(notice.model_copy(update={"claimed_by": None, "claim_expires_at": None})),
+                    notice.next_attempt_at,
+                    notice.id,
+                    notice.claimed_by,
+                ),
+            )
+
+        await self._write(f"releasing notice {notice.id}", work)
+
+    async def delete_notice(self, notice_id: str) -> None:
+        await self._write(
+            f"deleting notice {notice_id}", _exec("DELETE FROM notices WHERE id = ?", notice_id)
+        )

@@ -1,0 +1,160 @@
+"""Every state change of a task as a pure function: each returns the `Mutation` the store applies.
+
+A mutation reads the stored task inside the store's transaction and declines (returns None)
+when the task is no longer in the state the change was decided on: a late completion can never
+overwrite a cancel or a newer turn, and two managers racing on one task change it once.
+
+Lifecycle: running -> completed | error | cancelled; completed -> resumed -> completed. A
+follow-up (resumed turn) that fails or is cancelled returns the task to ``completed`` with its
+last good result, so it can be resumed again; `Task.error` then says why the follow-up failed.
+"""
+
+from __future__ import annotations
+
+from .models import Notice, NoticeKind, Task, TaskProgress, TaskStatus, new_id, now_ms
+from .notices import format_notice
+from .store import Mutation
+
+Outcome = tuple[Task, Notice | None] | None
+
+
+def started(turn: int, after_message_id: str | None) -> Mutation:
+    """The turn's prompt was accepted by the server."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.turn != turn or not t.status.active:
+            return None
+        t.turn_after_message_id = after_message_id
+        t.turn_started_at = t.updated_at = now_ms()
+        return t, None
+
+    return mutate
+
+
+def finished(
+    turn: int,
+    status: TaskStatus,
+    *,
+    text: str | None = None,
+    error: str | None = None,
+    progress: TaskProgress | None = None,
+    notify: bool = True,
+    owner: str | None = None,
+) -> Mutation:
+    """End the turn once, with its notice for the parent (saved in the same transaction).
+
+    With `owner`, only while that manager owns the task (after a takeover, the new owner ends it).
+    """
+
+    def mutate(t: Task) -> Outcome:
+        if t.turn != turn or not t.status.active:
+            return None
+        if owner is not None and t.owner is not None and t.owner != owner:
+            return None
+        followup = t.status is TaskStatus.RESUMED
+        t.completed_at = t.updated_at = now_ms()
+        t.result_retrieved_at = None
+        if progress is not None:
+            t.progress = progress
+        if followup and status is not TaskStatus.COMPLETED:
+            # the session and its history are intact: keep the last good result
+            t.status = TaskStatus.COMPLETED
+            t.error = error
+            kind = NoticeKind.RESUME_FAILED
+        else:
+            t.status = status
+            t.result = text if status is TaskStatus.COMPLETED else (text or None)
+            t.error = error
+            if status is TaskStatus.COMPLETED:
+                kind = NoticeKind.RESUME_COMPLETED if followup else NoticeKind.COMPLETED
+            else:
+                kind = NoticeKind.ERROR
+        if not notify:
+            return t, None
+        notice_id = new_id("ntc")
+        notice = Notice(
+            id=notice_id,
+            task_id=t.id,
+            parent_session_id=t.parent_session_id,
+            kind=kind,
+            turn=t.turn,
+            text=format_notice(notice_id, t, kind),
+            backend=t.backend,
+        )
+        return t, notice
+
+    return mutate
+
+
+#: `Task.error` of a task cancelled by its parent
+CANCELLED_BY_PARENT = "cancelled by the parent"
+#: `Task.error` of a completed task whose follow-up its parent cancelled
+FOLLOWUP_CANCELLED = "the follow-up was cancelled by the parent"
+
+
+def cancelled() -> Mutation:
+    """The parent cancelled the running turn (no notice: the parent did it).
+
+    A cancelled follow-up returns the task to ``completed`` with its last result.
+    """
+
+    def mutate(t: Task) -> Outcome:
+        if not t.status.active:
+            return None
+        t.completed_at = t.updated_at = now_ms()
+        if t.status is TaskStatus.RESUMED:
+            t.status = TaskStatus.COMPLETED
+            t.error = FOLLOWUP_CANCELLED
+        else:
+            t.status = TaskStatus.CANCELLED
+            t.error = CANCELLED_BY_PARENT
+        return t, None
+
+    return mutate
+
+
+def resumed(prompt: str, after_message_id: str | None, owner: str) -> Mutation:
+    """A follow-up turn starts on a completed task; the resuming manager becomes its owner."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.status is not TaskStatus.COMPLETED:
+            return None
+        t.status = TaskStatus.RESUMED
+        t.owner = owner
+        t.resume_count += 1
+        t.turn += 1
+        t.last_prompt = prompt
+        t.turn_after_message_id = after_message_id
+        t.turn_started_at = None
+        t.result_retrieved_at = None
+        t.error = None
+        t.progress = TaskProgress()
+        t.updated_at = now_ms()
+        return t, None
+
+    return mutate
+
+
+def retrieved(turn: int) -> Mutation:
+    """The parent read the ended turn's result (first read only)."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.turn != turn or t.status.active or t.result_retrieved_at is not None:
+            return None
+        t.result_retrieved_at = now_ms()
+        return t, None
+
+    return mutate
+
+
+def fork_stats(turn: int, stats: dict[str, object] | None) -> Mutation:
+    """Record what the fork pipeline did for the task's first turn."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.turn != turn or not t.status.active:
+            return None
+        t.fork_stats = stats
+        t.updated_at = now_ms()
+        return t, None
+
+    return mutate

@@ -1,0 +1,306 @@
+"""`Watcher`: proves when a followed turn has ended, and ends it once.
+
+Completion is proven from the messages (see `turns.read_turn`), woken by events, and re-checked
+by a periodic reconciliation and after every event-stream reconnect, so a lost event costs at
+most one poll interval. A turn that has not ended but whose session showed no sign of life (no
+event, not busy in ``/session/status``) for ``stall_timeout`` seconds was lost by the server (a
+restart drops the run and leaves its last message unfinished forever): it ends in ``error``.
+Only the owner of a task watches it; a check that finds the task ended, cleared or owned by
+another manager simply stops following it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .backend import JSON, SessionBackend
+from .config import TaskManagerConfig
+from .errors import BackendError, SessionNotFoundError
+from .events import EventFollower, event_properties, event_session_id, event_type
+from .jobs import Jobs
+from .models import Task, TaskProgress, TaskStatus, now_ms
+from .recorder import Recorder, end_kind
+from .registry import Run, RunRegistry
+from .store import TaskStore
+from .transitions import finished
+from .turns import TurnState, format_error, read_turn
+
+log = logging.getLogger(__name__)
+
+STALLED = (
+    "The task's run stopped without finishing: its session is idle on the server but the turn "
+    "has no final reply (the OpenCode server was probably restarted during the run). Start a new "
+    "asyncagents_task to try again."
+)
+SESSION_DELETED = "The task's session was deleted before it finished."
+
+
+class Watcher:
+    """Checks the runs of a `RunRegistry` against the server and records their ends."""
+
+    def __init__(
+        self,
+        backend: SessionBackend,
+        store: TaskStore,
+        registry: RunRegistry,
+        recorder: Recorder,
+        config: TaskManagerConfig,
+        jobs: Jobs,
+        *,
+        owner: str,
+        on_parent_idle: Callable[[str], None],
+        on_session_deleted: Callable[[str], Coroutine[Any, Any, None]],
+        on_connect: Callable[[], None],
+    ) -> None:
+        self._backend = backend
+        self._store = store
+        self._registry = registry
+        self._recorder = recorder
+        self._config = config
+        self._jobs = jobs
+        self._owner = owner
+        self._on_parent_idle = on_parent_idle
+        self._on_session_deleted = on_session_deleted
+        self._on_connect_hook = on_connect
+        self.events = EventFollower(backend, self.on_event, on_connect=self._on_connect)
+        self._loop_task: asyncio.Task[None] | None = None
+        self._running = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._running = True
+        if self._config.follow_events:
+            self.events.start()
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(
+                self._reconcile_loop(), name="task-reconciler"
+            )
+
+    async def stop(self) -> None:
+        self._running = False
+        await self.events.stop()
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.poll_interval)
+            self.reconcile()
+
+    async def _on_connect(self) -> None:
+        """After every (re)connection: re-check what may have been missed."""
+        self.reconcile()
+        self._on_connect_hook()
+
+    # -- following ----------------------------------------------------------------------------
+
+    def follow(self, task: Task) -> Run:
+        """Follow the current turn of `task`; check it at once when its prompt already ran."""
+        run = self._registry.follow(task)
+        if run.prompt_sent:
+            self.schedule_check(task.id)
+        return run
+
+    def reconcile(self) -> None:
+        """Schedule a check of every followed run now (also done periodically)."""
+        for run in self._registry:
+            self.schedule_check(run.task_id)
+
+    def schedule_check(self, task_id: str) -> None:
+        run = self._registry.get(task_id)
+        if run is None or run.check_pending or not self._running:
+            return
+        run.check_pending = True
+        self._jobs.spawn(self.check(run))
+
+    async def check(self, run: Run) -> None:
+        """Prove from the messages whether the run's turn has ended; finish it if so."""
+        async with run.lock:
+            run.check_pending = False
+            if self._registry.get(run.task_id) is not run or not run.prompt_sent:
+                return
+            try:
+                task = await self._store.get(run.task_id)
+            except Exception as exc:
+                log.info("check of %s postponed: the store failed: %s", run.task_id, exc)
+                return
+            if (
+                task is None
+                or not task.status.active
+                or task.turn != run.turn
+                or (task.owner is not None and task.owner != self._owner)
+            ):
+                # ended, cancelled or cleared (maybe by another manager), or taken over
+                self._registry.drop(run.task_id, run.turn)
+                return
+            state = await self._read_turn(run, task)
+            if state is None:
+                return
+            if state.done:
+                await self._end_turn(run, state)
+                return
+            if run.first_error is None and run.quiet_for() < self._config.stall_timeout:
+                return
+            # an error seen, or quiet too long: the session's status decides
+            try:
+                busy = run.session_id in await self._backend.status()
+            except BackendError:
+                return
+            if busy:
+                run.touch()
+                return
+            # the turn may have ended between the read above and the status: read it again
+            state = await self._read_turn(run, task)
+            if state is None:
+                return
+            if state.done:
+                await self._end_turn(run, state)
+            elif run.first_error is not None:
+                # an error before any assistant message (bad agent/model...)
+                await self.finish(run.task_id, run.turn, TaskStatus.ERROR, error=run.first_error)
+            else:
+                await self.finish(
+                    run.task_id,
+                    run.turn,
+                    TaskStatus.ERROR,
+                    error=STALLED,
+                    text=state.text or None,
+                    progress=state.progress,
+                )
+
+    async def _read_turn(self, run: Run, task: Task) -> TurnState | None:
+        """The run's turn as the messages show it; None when the check must wait or stop."""
+        try:
+            messages = await self._backend.messages(run.session_id)
+        except SessionNotFoundError:
+            await self.session_gone(run)
+            return None
+        except BackendError as exc:
+            log.info("check of %s postponed: %s", task.id, exc)
+            return None
+        state = read_turn(messages, run.after_message_id)
+        run.progress = state.progress
+        return state
+
+    async def _end_turn(self, run: Run, state: TurnState) -> None:
+        """Finish a run whose turn the messages prove ended: its reply, or its error."""
+        await self.finish(
+            run.task_id,
+            run.turn,
+            TaskStatus.COMPLETED if state.error is None else TaskStatus.ERROR,
+            error=state.error,
+            text=state.text,
+            progress=state.progress,
+        )
+
+    async def finish(
+        self,
+        task_id: str,
+        turn: int,
+        status: TaskStatus,
+        *,
+        text: str | None = None,
+        error: str | None = None,
+        progress: TaskProgress | None = None,
+    ) -> Task | None:
+        """End a turn once (compare-and-set on turn and status), with its notice."""
+        mutate = finished(
+            turn,
+            status,
+            text=text,
+            error=error,
+            progress=progress,
+            notify=self._config.notify_parent,
+            owner=self._owner,
+        )
+        out = await self._recorder.apply(task_id, mutate, end_kind, background=True)
+        return None if out is None else out[0]
+
+    async def session_gone(self, run: Run) -> None:
+        """The child session of a followed run was deleted: end the task, stop its run.
+
+        OpenCode keeps running a deleted session's turn (deleting a parent deletes its children
+        the same way), and only an abort stops it.
+        """
+        await self.finish(run.task_id, run.turn, TaskStatus.ERROR, error=SESSION_DELETED)
+        await abort_quietly(self._backend, run.session_id)
+
+    async def fresh_progress(self, task: Task) -> TaskProgress:
+        """A running task's progress read from its messages now (else what events showed)."""
+        run = self._registry.get(task.id)
+        after = run.after_message_id if run is not None else task.turn_after_message_id
+        started = (run is not None and run.prompt_sent) or task.turn_started_at is not None
+        if task.session_id and started:
+            try:
+                messages = await self._backend.messages(task.session_id)
+                return read_turn(messages, after).progress
+            except BackendError:
+                pass
+        return run.progress if run is not None else task.progress
+
+    # -- events -------------------------------------------------------------------------------
+
+    def on_event(self, event: JSON) -> None:
+        """Dispatch one server event (never blocks: work goes to background jobs)."""
+        kind = event_type(event)
+        if kind in ("server.heartbeat", "server.connected"):
+            return
+        if kind == "message.part.delta":
+            sid = event_properties(event).get("sessionID")
+            if isinstance(sid, str):
+                delta_run = self._registry.by_session(sid)
+                if delta_run is not None:
+                    delta_run.touch()
+            return
+        sid = event_session_id(event)
+        if sid is None:
+            return
+        run = self._registry.by_session(sid)
+        if run is not None:
+            run.touch()
+        if kind == "session.idle" or (
+            kind == "session.status"
+            and (event_properties(event).get("status") or {}).get("type") == "idle"
+        ):
+            if run is not None:
+                self.schedule_check(run.task_id)
+            # a parent that went idle can take its waiting notices now
+            self._on_parent_idle(sid)
+        elif kind == "session.error":
+            if run is not None:
+                _, text = format_error(event_properties(event).get("error"))
+                # the first error of a turn is the reason; OpenCode may follow it with a
+                # generic one carrying a stack trace (unknown agent or model)
+                if run.first_error is None:
+                    run.first_error = text
+                self.schedule_check(run.task_id)
+        elif kind == "session.deleted":
+            self._jobs.spawn(self._on_session_deleted(sid))
+        elif kind == "message.part.updated" and run is not None:
+            part = event_properties(event).get("part")
+            if isinstance(part, dict) and part.get("type") == "tool":
+                run.progress.last_tool = str(part.get("tool") or "unknown")
+                run.progress.last_activity_at = now_ms()
+                call_id = str(part.get("callID") or part.get("id") or "")
+                if call_id == run.last_call_id:
+                    return
+                run.last_call_id = call_id
+                self._recorder.emit(
+                    "task.updated", run.task.model_copy(update={"progress": run.progress})
+                )
+
+
+async def abort_quietly(backend: SessionBackend, session_id: str) -> None:
+    """Abort a session's run; a failure is logged (the run may be over already)."""
+    try:
+        await backend.abort(session_id)
+    except BackendError as exc:
+        log.warning("abort of %s failed: %s", session_id, exc)

@@ -1,0 +1,188 @@
+"""PostgreSQL-only behaviour: our own schema, refusal of a foreign one, errors naming the DSN
+without its password, concurrent first opens, and rows that do not load."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+import psycopg
+import pytest
+from asyncagents.tasks import StoreError
+from asyncagents.tasks.store.postgres import SCHEMA_VERSION, PostgresTaskStore, redact_dsn
+from pg_server import running_postgres
+from store_records import make_notice, make_task
+
+
+def relations(dsn: str, schema: str) -> dict[str, list[tuple[object, ...]]]:
+    """Every table of `schema` with all its rows."""
+    with psycopg.connect(dsn) as conn:
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename",
+                (schema,),
+            )
+        ]
+        return {
+            name: sorted(conn.execute(f'SELECT * FROM "{schema}"."{name}"').fetchall(), key=repr)
+            for name in names
+        }
+
+
+async def test_open_creates_our_schema_once_and_reopens_it(pg_dsn: str) -> None:
+    store = PostgresTaskStore(pg_dsn)
+    await store.open()
+    await store.insert(make_task("tsk_1"))
+    await store.close()
+    again = PostgresTaskStore(pg_dsn)
+    assert [t.id for t in await again.list_tasks()] == ["tsk_1"]  # first call opens it
+    await again.close()
+    tables = relations(pg_dsn, "asyncagents")
+    assert sorted(tables) == ["asyncagents_meta", "leases", "notices", "tasks"]
+    assert tables["asyncagents_meta"] == [("asyncagents-tasks", SCHEMA_VERSION)]
+
+
+@pytest.mark.parametrize("kind", ["unrelated_table", "other_meta", "newer_version"])
+async def test_a_schema_that_is_not_ours_is_refused_and_left_unmodified(
+    pg_dsn: str, kind: str
+) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA asyncagents")
+        if kind == "unrelated_table":
+            conn.execute("CREATE TABLE asyncagents.tasks (id int, title text)")
+            conn.execute("INSERT INTO asyncagents.tasks VALUES (1, 'theirs')")
+        elif kind == "other_meta":
+            conn.execute(
+                "CREATE TABLE asyncagents.asyncagents_meta (application text, version int)"
+            )
+            conn.execute("INSERT INTO asyncagents.asyncagents_meta VALUES ('someone-else', 1)")
+        else:
+            conn.execute(
+                "CREATE TABLE asyncagents.asyncagents_meta (application text, version int)"
+            )
+            conn.execute(
+                "INSERT INTO asyncagents.asyncagents_meta VALUES ('asyncagents-tasks', %s)",
+                (SCHEMA_VERSION + 1,),
+            )
+    before = relations(pg_dsn, "asyncagents")
+    store = PostgresTaskStore(pg_dsn)
+    with pytest.raises(StoreError) as err:
+        await store.open()
+    message = str(err.value)
+    assert redact_dsn(pg_dsn) in message
+    if kind == "newer_version":
+        assert f"version {SCHEMA_VERSION + 1}, newer than" in message
+    else:
+        assert "not an asyncagents task store" in message
+        assert "left untouched" in message
+    assert relations(pg_dsn, "asyncagents") == before
+    # another schema of the same database is fine
+    elsewhere = PostgresTaskStore(pg_dsn, schema="asyncagents_2")
+    await elsewhere.insert(make_task("tsk_1"))
+    await elsewhere.close()
+
+
+async def test_errors_name_the_dsn_without_its_password() -> None:
+    with socket.socket() as sock:  # a port where nothing listens
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dsn = f"postgresql://tasks:s3cret-pw@127.0.0.1:{port}/agents?connect_timeout=3"
+    store = PostgresTaskStore(dsn, connect_timeout=3)
+    with pytest.raises(StoreError) as err:
+        await store.insert(make_task())
+    message = str(err.value)
+    assert "s3cret-pw" not in message
+    assert f"port={port}" in message and "user=tasks" in message and "dbname=agents" in message
+    assert "connecting failed" in message
+    assert redact_dsn(dsn) == (
+        f"user=tasks connect_timeout=3 dbname=agents host=127.0.0.1 port={port}"
+    )
+    assert message.startswith(f"PostgreSQL task store {redact_dsn(dsn)!r} (schema asyncagents)")
+
+
+def test_a_schema_name_that_is_not_a_plain_identifier_is_refused() -> None:
+    with pytest.raises(ValueError, match="schema must be a lower-case SQL identifier"):
+        PostgresTaskStore("dbname=x", schema='x"; DROP TABLE y; --')
+
+
+async def test_concurrent_first_opens_of_one_new_database_all_succeed(pg_dsn: str) -> None:
+    stores = [PostgresTaskStore(pg_dsn, max_size=2) for _ in range(5)]
+    await asyncio.gather(*(s.open() for s in stores))
+    await stores[0].insert(make_task("tsk_1"))
+    assert [[t.id for t in await s.list_tasks()] for s in stores] == [["tsk_1"]] * 5
+    for s in stores:
+        await s.close()
+
+
+async def test_rows_that_do_not_load_are_skipped_with_a_warning(
+    pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PostgresTaskStore(pg_dsn)
+    good = make_task("tsk_good", owner="dead", session_id="ses_x", created_at=1)
+    await store.insert(good)
+    good_notice = make_notice(good, created_at=1)
+    await store.update(good.id, lambda t: (t, good_notice))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for task_id, data in (("tsk_junk", "{not json"), ("tsk_types", '{"id": 5, "turn": "x"}')):
+            conn.execute(
+                "INSERT INTO asyncagents.tasks (id, parent_session_id, session_id, status, "
+                "created_at, data, backend, owner) "
+                "VALUES (%s, 'ses_parent', 'ses_x', 'running', 9, %s, 'b1', 'dead')",
+                (task_id, data),
+            )
+        conn.execute(
+            "INSERT INTO asyncagents.notices (id, parent_session_id, created_at, data, backend) "
+            "VALUES ('ntc_junk', 'ses_parent', 0, '[]', 'b1')"
+        )
+    with caplog.at_level(logging.WARNING, logger="asyncagents.tasks.store"):
+        assert await store.list_tasks() == [good]
+        assert await store.get("tsk_junk") is None
+        assert await store.update("tsk_types", lambda t: (t, None)) is None
+        assert await store.find_by_session("ses_x") is None
+        assert await store.notices() == [good_notice]
+        assert [t.id for t in await store.take_over("m1", "b1")] == [good.id]
+        assert [n.id for n in await store.claim_notices("m1", "b1", 60)] == [good_notice.id]
+        assert [t.id for t in await store.delete_parent("ses_parent")] == [good.id]
+    assert await store.ids_with_prefix("tsk_") == []
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    for row_id in ("tsk_junk", "tsk_types", "ntc_junk"):
+        assert row_id in warned
+    await store.close()
+
+
+async def test_a_50_mb_prompt_round_trips(pg_dsn: str) -> None:
+    store = PostgresTaskStore(pg_dsn)
+    task = make_task("tsk_big")
+    task.prompt = "é" * 25_000_000 + "x" * 25_000_000
+    await store.insert(task)
+    assert await store.get(task.id) == task
+    await store.close()
+
+
+async def test_a_server_that_goes_away_raises_store_error_and_the_store_recovers() -> None:
+    """Its own server: this test stops it. Nothing stored before is lost across the restart."""
+    with running_postgres() as server:
+        dsn = server.create_database()
+        store = PostgresTaskStore(dsn, timeout=3, connect_timeout=2)
+        await store.insert(make_task("tsk_before"))
+        server.kill()
+        with pytest.raises(StoreError) as err:
+            await store.insert(make_task("tsk_during"))
+        assert redact_dsn(dsn) in str(err.value)
+        assert "inserting task tsk_during failed" in str(err.value)
+        server.restart()
+        # the pool reconnects with backoff: the same store works again within its own retries
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await store.insert(make_task("tsk_after"))
+                break
+            except StoreError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        assert [t.id for t in await store.list_tasks()] == ["tsk_after", "tsk_before"]
+        await store.close()

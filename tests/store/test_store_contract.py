@@ -1,0 +1,410 @@
+"""The `TaskStore` contract, run on every store: memory, SQLite and a real PostgreSQL.
+
+Concurrency tests use several handles on one store (for SQLite: several connections to one file;
+for PostgreSQL: several pools on one database) and several coroutines per handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import pytest
+from asyncagents.tasks import StoreError
+from asyncagents.tasks.models import Notice, Task, now_ms
+from asyncagents.tasks.store import TaskStore
+from store_records import COMPLETED, RESUMED, RUNNING, make_notice, make_task
+
+if TYPE_CHECKING:
+    from conftest import OpenStore
+
+
+def complete_with(notice: Notice):  # type: ignore[no-untyped-def]
+    def mutate(task: Task) -> tuple[Task, Notice | None]:
+        task.status = COMPLETED
+        task.result = "the answer"
+        return task, notice
+
+    return mutate
+
+
+async def add_notice(store: TaskStore, task: Task, **kw: int) -> Notice:
+    """Store `task` (if new) and a notice for it, the way the manager does: with an update."""
+    if await store.get(task.id) is None:
+        await store.insert(task)
+    notice = make_notice(task, **kw)
+    assert await store.update(task.id, lambda t: (t, notice)) is not None
+    return notice
+
+
+# --- tasks ---------------------------------------------------------------------------------------
+
+
+async def test_open_is_idempotent_and_insert_get_round_trip(store: TaskStore) -> None:
+    await store.open()
+    task = make_task(owner="mgr_1", session_id="ses_child")
+    task.fork_stats = {"kept": 3, "nested": {"x": [1, 2]}}
+    await store.insert(task)
+    got = await store.get(task.id)
+    assert got == task
+    assert got is not task
+    got.prompt = "changed by the caller"
+    assert (await store.get(task.id)) == task
+    assert await store.get("tsk_missing") is None
+
+
+async def test_insert_of_an_existing_id_raises_store_error_and_keeps_the_row(
+    store: TaskStore,
+) -> None:
+    task = make_task()
+    await store.insert(task)
+    with pytest.raises(StoreError) as err:
+        await store.insert(task.model_copy(update={"prompt": "other"}))
+    assert task.id in str(err.value)
+    assert (await store.get(task.id)) == task
+
+
+async def test_update_saves_the_task_and_its_notice_together(store: TaskStore) -> None:
+    task = make_task()
+    await store.insert(task)
+    notice = make_notice(task)
+    out = await store.update(task.id, complete_with(notice))
+    assert out is not None
+    new, saved = out
+    assert new.status is COMPLETED and saved == notice
+    assert (await store.get(task.id)) == new
+    assert await store.notices() == [notice]
+
+
+async def test_update_of_a_missing_task_or_a_declined_mutation_changes_nothing(
+    store: TaskStore,
+) -> None:
+    calls: list[str] = []
+
+    def decline(task: Task) -> None:
+        calls.append(task.id)
+        return None
+
+    assert await store.update("tsk_missing", decline) is None
+    assert calls == []
+    task = make_task()
+    await store.insert(task)
+    assert await store.update(task.id, decline) is None
+    assert calls == [task.id]
+    assert (await store.get(task.id)) == task
+    assert await store.notices() == []
+
+
+async def test_a_failing_mutation_rolls_back_and_its_error_passes_through(
+    store: TaskStore,
+) -> None:
+    task = make_task()
+    await store.insert(task)
+
+    def fail(t: Task) -> tuple[Task, Notice | None]:
+        raise ValueError("mutation refused")
+
+    with pytest.raises(ValueError, match="mutation refused"):
+        await store.update(task.id, fail)
+    assert (await store.get(task.id)) == task
+    # the store stays usable after the rollback
+    assert await store.update(task.id, complete_with(make_notice(task))) is not None
+
+
+async def test_concurrent_updates_never_lose_a_change(open_store: OpenStore) -> None:
+    handles = [await open_store() for _ in range(3)]
+    task = make_task()
+    await handles[0].insert(task)
+
+    def bump(t: Task) -> tuple[Task, Notice | None]:
+        t.resume_count += 1
+        return t, None
+
+    await asyncio.gather(*(handles[i % 3].update(task.id, bump) for i in range(60)))
+    got = await handles[1].get(task.id)
+    assert got is not None and got.resume_count == 60
+
+
+async def test_list_tasks_newest_first_with_every_filter(store: TaskStore) -> None:
+    a = make_task("tsk_a", parent="p1", backend="b1", owner="m1", created_at=10)
+    b = make_task("tsk_b", parent="p1", backend="b2", owner="m2", created_at=30, status=COMPLETED)
+    c = make_task("tsk_c", parent="p2", backend="b1", owner=None, created_at=20, status=RESUMED)
+    d = make_task("tsk_d", parent="p1", backend="b1", owner="m1", created_at=30)  # ties with b
+    for t in (a, b, c, d):
+        await store.insert(t)
+
+    async def ids(*args: object, **kw: object) -> list[str]:
+        return [t.id for t in await store.list_tasks(*args, **kw)]  # type: ignore[arg-type]
+
+    assert await ids() == ["tsk_d", "tsk_b", "tsk_c", "tsk_a"]
+    assert await ids("p1") == ["tsk_d", "tsk_b", "tsk_a"]
+    assert await ids("p2") == ["tsk_c"]
+    assert await ids("nobody") == []
+    assert await ids(None, [RUNNING, RESUMED]) == ["tsk_d", "tsk_c", "tsk_a"]
+    assert await ids(None, {COMPLETED}) == ["tsk_b"]
+    assert await ids(None, []) == []
+    assert await ids(backend="b1") == ["tsk_d", "tsk_c", "tsk_a"]
+    assert await ids(backend="b3") == []
+    assert await ids(owner="m1") == ["tsk_d", "tsk_a"]
+    assert await ids("p1", [RUNNING], backend="b1", owner="m1") == ["tsk_d", "tsk_a"]
+    assert await ids("p1", [COMPLETED], backend="b1") == []
+    assert (await store.list_tasks("p2")) == [c]
+
+
+async def test_find_by_session_returns_the_newest_task_of_that_session(store: TaskStore) -> None:
+    old = make_task(session_id="ses_x", created_at=1)
+    new = make_task(session_id="ses_x", created_at=2)
+    other = make_task(session_id="ses_y", created_at=3)
+    for t in (old, new, other):
+        await store.insert(t)
+    assert await store.find_by_session("ses_x") == new
+    assert await store.find_by_session("ses_y") == other
+    assert await store.find_by_session("ses_none") is None
+
+
+async def test_ids_with_prefix_is_exact_sorted_limited_and_parent_scoped(store: TaskStore) -> None:
+    for task_id, parent in (
+        ("tsk_abc1", "p1"),
+        ("tsk_abc2", "p1"),
+        ("tsk_abd3", "p2"),
+        ("tsk_ABC4", "p1"),
+        ("tsk_a%c5", "p1"),
+        ("tsk_a_c6", "p1"),
+    ):
+        await store.insert(make_task(task_id, parent=parent))
+    assert await store.ids_with_prefix("tsk_ab") == ["tsk_abc1", "tsk_abc2"]
+    assert await store.ids_with_prefix("tsk_ab", limit=5) == ["tsk_abc1", "tsk_abc2", "tsk_abd3"]
+    assert await store.ids_with_prefix("tsk_ab", "p2", limit=5) == ["tsk_abd3"]
+    assert await store.ids_with_prefix("tsk_abc2") == ["tsk_abc2"]
+    assert await store.ids_with_prefix("tsk_AB") == ["tsk_ABC4"]  # case matters
+    assert await store.ids_with_prefix("tsk_a%") == ["tsk_a%c5"]  # no wildcards
+    assert await store.ids_with_prefix("tsk_a_") == ["tsk_a_c6"]
+    assert await store.ids_with_prefix("tsk_zz") == []
+    assert await store.ids_with_prefix("tsk_", limit=1) == ["tsk_ABC4"]
+
+
+async def test_delete_parent_removes_tasks_and_notices_of_that_backend_only(
+    store: TaskStore,
+) -> None:
+    mine_old = make_task(parent="p1", backend="b1", created_at=1)
+    mine_new = make_task(parent="p1", backend="b1", created_at=2)
+    theirs = make_task(parent="p1", backend="b2", created_at=3)
+    other_parent = make_task(parent="p2", backend="b1", created_at=4)
+    n_mine = await add_notice(store, mine_new)
+    n_theirs = await add_notice(store, theirs)
+    n_other = await add_notice(store, other_parent)
+    await store.insert(mine_old)
+
+    removed = await store.delete_parent("p1", backend="b1")
+    assert removed == [mine_new, mine_old]
+    assert {t.id for t in await store.list_tasks()} == {theirs.id, other_parent.id}
+    assert [n.id for n in await store.notices()] == [n_theirs.id, n_other.id]
+    assert n_mine.id not in {n.id for n in await store.notices()}
+
+    assert [t.id for t in await store.delete_parent("p1")] == [theirs.id]
+    assert [n.id for n in await store.notices()] == [n_other.id]
+    assert await store.delete_parent("p1") == []
+
+
+# --- ownership -----------------------------------------------------------------------------------
+
+
+async def test_take_over_hands_only_orphaned_active_tasks_of_the_backend(store: TaskStore) -> None:
+    await store.renew_lease("live", "b1", ttl=600)
+    await store.renew_lease("expired", "b1", ttl=0)
+    await store.renew_lease("taker", "b1", ttl=600)
+    live = make_task(owner="live", created_at=1)
+    expired = make_task(owner="expired", created_at=2)
+    missing = make_task(owner="no_lease", created_at=3)
+    unowned = make_task(owner=None, created_at=4, status=RESUMED)
+    ended = make_task(owner="expired", created_at=5, status=COMPLETED)
+    elsewhere = make_task(owner="expired", created_at=6, backend="b2")
+    own = make_task(owner="taker", created_at=7)
+    for t in (live, expired, missing, unowned, ended, elsewhere, own):
+        await store.insert(t)
+
+    taken = await store.take_over("taker", "b1")
+    assert [t.id for t in taken] == [expired.id, missing.id, unowned.id]
+    assert all(t.owner == "taker" for t in taken)
+    assert taken[0] == expired.model_copy(update={"owner": "taker"})
+    mine = {t.id for t in await store.list_tasks(owner="taker")}
+    assert mine == {expired.id, missing.id, unowned.id, own.id}
+    assert (await store.get(live.id)) == live
+    assert (await store.get(ended.id)) == ended
+    assert (await store.get(elsewhere.id)) == elsewhere
+    assert await store.take_over("taker", "b1") == []
+    assert await store.take_over("another", "b1") == []  # the taker's lease is live
+
+
+async def test_lease_renewal_expiry_and_drop(store: TaskStore) -> None:
+    task = make_task(owner="m1")
+    await store.insert(task)
+    await store.renew_lease("m1", "b1", ttl=0)  # expired at once
+    await store.renew_lease("m1", "b1", ttl=600)  # renewed before anyone looked
+    assert await store.take_over("m2", "b1") == []
+    await store.renew_lease("m1", "b1", ttl=0)
+    assert [t.id for t in await store.take_over("m2", "b1")] == [task.id]
+    await store.renew_lease("m2", "b1", ttl=600)
+    assert await store.take_over("m3", "b1") == []
+    await store.drop_lease("m2")  # graceful close: taken at once
+    assert [t.owner for t in await store.take_over("m3", "b1")] == ["m3"]
+    await store.drop_lease("never_had_one")
+
+
+async def test_take_over_respects_limit_oldest_first(store: TaskStore) -> None:
+    tasks = [make_task(owner="dead", created_at=100 - i) for i in range(5)]
+    for t in tasks:
+        await store.insert(t)
+    await store.renew_lease("m1", "b1", ttl=600)
+    first = await store.take_over("m1", "b1", limit=2)
+    assert [t.id for t in first] == [tasks[4].id, tasks[3].id]
+    rest = await store.take_over("m2", "b1", limit=10)
+    assert [t.id for t in rest] == [tasks[2].id, tasks[1].id, tasks[0].id]
+
+
+async def test_concurrent_take_over_never_gives_one_task_to_two_owners(
+    open_store: OpenStore,
+) -> None:
+    handles = [await open_store() for _ in range(4)]
+    tasks = [make_task(owner=f"dead_{i % 3}") for i in range(150)]
+    for t in tasks:
+        await handles[0].insert(t)
+
+    async def worker(n: int) -> list[str]:
+        store, owner = handles[n % len(handles)], f"mgr_{n}"
+        await store.renew_lease(owner, "b1", ttl=600)
+        got: list[str] = []
+        while batch := await store.take_over(owner, "b1", limit=7):
+            got.extend(t.id for t in batch)
+            await asyncio.sleep(0)
+        return got
+
+    results = await asyncio.gather(*(worker(n) for n in range(8)))
+    counts = Counter(task_id for got in results for task_id in got)
+    assert set(counts) == {t.id for t in tasks}
+    assert max(counts.values()) == 1
+    for n, got in enumerate(results):
+        owned = await handles[0].list_tasks(owner=f"mgr_{n}")
+        assert sorted(t.id for t in owned) == sorted(got)
+
+
+# --- notices -------------------------------------------------------------------------------------
+
+
+async def test_notices_lists_pending_oldest_first_with_filters(store: TaskStore) -> None:
+    t1 = make_task(parent="p1", backend="b1")
+    t2 = make_task(parent="p2", backend="b2")
+    late = await add_notice(store, t1, created_at=30)
+    early = await add_notice(store, t2, created_at=10)
+    mid = await add_notice(store, t1, created_at=20)
+    assert [n.id for n in await store.notices()] == [early.id, mid.id, late.id]
+    assert [n.id for n in await store.notices("p1")] == [mid.id, late.id]
+    assert [n.id for n in await store.notices(backend="b2")] == [early.id]
+    assert await store.notices("p1", backend="b2") == []
+    assert (await store.notices("p2")) == [early]
+
+
+async def test_claim_notices_takes_due_unclaimed_notices_of_the_backend(store: TaskStore) -> None:
+    t1 = make_task(parent="p1")
+    t2 = make_task(parent="p2")
+    t3 = make_task(parent="p1", backend="b2")
+    due1 = await add_notice(store, t1, created_at=1)
+    later = await add_notice(store, t1, created_at=2, next_attempt_at=now_ms() + 600_000)
+    due2 = await add_notice(store, t2, created_at=3)
+    other_backend = await add_notice(store, t3, created_at=4)
+
+    before = now_ms()
+    claimed = await store.claim_notices("m1", "b1", claim_ttl=60, limit=10)
+    assert [n.id for n in claimed] == [due1.id, due2.id]
+    for n in claimed:
+        assert n.claimed_by == "m1"
+        assert n.claim_expires_at is not None
+        assert before + 50_000 <= n.claim_expires_at <= now_ms() + 70_000
+    assert claimed[0] == due1.model_copy(
+        update={"claimed_by": "m1", "claim_expires_at": claimed[0].claim_expires_at}
+    )
+    # a live claim is not handed out again; not-yet-due and other backends' notices never are
+    assert await store.claim_notices("m2", "b1", claim_ttl=60) == []
+    pending = {n.id: n for n in await store.notices()}
+    assert pending[due1.id].claimed_by == "m1"
+    assert pending[later.id].claimed_by is None
+    assert pending[other_backend.id].claimed_by is None
+    assert [n.id for n in await store.claim_notices("m3", "b2", claim_ttl=60)] == [other_backend.id]
+
+
+async def test_claim_notices_limit_parent_filter_and_expired_claims(store: TaskStore) -> None:
+    t1, t2 = make_task(parent="p1"), make_task(parent="p2")
+    a = await add_notice(store, t1, created_at=1)
+    b = await add_notice(store, t2, created_at=2)
+    c = await add_notice(store, t1, created_at=3)
+    assert [n.id for n in await store.claim_notices("m1", "b1", 0, parent_session_id="p2")] == [
+        b.id
+    ]
+    assert [n.id for n in await store.claim_notices("m1", "b1", 600, limit=1)] == [a.id]
+    # b's claim (ttl 0) has expired: it is handed out again, a's is live and is not
+    again = await store.claim_notices("m2", "b1", 600)
+    assert [n.id for n in again] == [b.id, c.id]
+    assert all(n.claimed_by == "m2" for n in again)
+
+
+async def test_release_notice_saves_the_attempt_and_unclaims(store: TaskStore) -> None:
+    task = make_task()
+    notice = await add_notice(store, task)
+    [claimed] = await store.claim_notices("m1", "b1", claim_ttl=600)
+    failed = claimed.model_copy(
+        update={"attempts": 1, "last_error": "parent busy", "next_attempt_at": now_ms() + 600_000}
+    )
+    await store.release_notice(failed)
+    [stored] = await store.notices()
+    assert stored == failed.model_copy(update={"claimed_by": None, "claim_expires_at": None})
+    assert await store.claim_notices("m2", "b1", claim_ttl=600) == []  # not due yet
+    due = stored.model_copy(update={"next_attempt_at": 0})
+    await store.release_notice(due)  # unclaimed notice released by an unclaimed copy: saved
+    [reclaimed] = await store.claim_notices("m2", "b1", claim_ttl=600)
+    assert (reclaimed.id, reclaimed.attempts, reclaimed.claimed_by) == (notice.id, 1, "m2")
+
+
+async def test_release_by_a_stale_claimer_changes_nothing(store: TaskStore) -> None:
+    task = make_task()
+    await add_notice(store, task)
+    [stale] = await store.claim_notices("m1", "b1", claim_ttl=0)  # expires at once
+    [current] = await store.claim_notices("m2", "b1", claim_ttl=600)
+    await store.release_notice(stale.model_copy(update={"attempts": 5, "last_error": "late"}))
+    [stored] = await store.notices()
+    assert stored == current
+    assert await store.claim_notices("m3", "b1", claim_ttl=600) == []
+
+
+async def test_delete_notice_removes_it_and_ignores_missing_ids(store: TaskStore) -> None:
+    task = make_task()
+    a = await add_notice(store, task, created_at=1)
+    b = await add_notice(store, task, created_at=2)
+    await store.delete_notice(a.id)
+    await store.delete_notice(a.id)
+    await store.delete_notice("ntc_missing")
+    assert await store.notices() == [b]
+    assert [n.id for n in await store.claim_notices("m1", "b1", 60)] == [b.id]
+
+
+async def test_concurrent_claimers_never_get_the_same_notice(open_store: OpenStore) -> None:
+    handles = [await open_store() for _ in range(3)]
+    task = make_task()
+    await handles[0].insert(task)
+    notices = [make_notice(task) for _ in range(240)]
+    for n in notices:
+        await handles[0].update(task.id, lambda t, n=n: (t, n))  # type: ignore[misc]
+
+    async def courier(k: int) -> list[str]:
+        store, got = handles[k % len(handles)], []
+        while batch := await store.claim_notices(f"m{k}", "b1", claim_ttl=600, limit=9):
+            for notice in batch:
+                got.append(notice.id)
+                await store.delete_notice(notice.id)
+        return got
+
+    results = await asyncio.gather(*(courier(k) for k in range(6)))
+    counts = Counter(nid for got in results for nid in got)
+    assert set(counts) == {n.id for n in notices}
+    assert max(counts.values()) == 1
+    assert await handles[1].notices() == []
