@@ -190,8 +190,7 @@ def page_service() -> Iterator[LiveService]:
     service = LiveService().start()
 
     async def fill() -> None:
-        store: Any = service.manager.store
-        put = getattr(store, "insert", None) or store.put
+        store = service.manager.store
         statuses = ["running", "completed", "error", "cancelled", "completed"]
         for n in range(PAGE_TASKS):
             task = make_task(
@@ -200,9 +199,7 @@ def page_service() -> Iterator[LiveService]:
                 status=statuses[n % len(statuses)],
                 description=f"Benchmark task number {n}",
             )
-            done = put(task)
-            if asyncio.iscoroutine(done):
-                await done
+            await store.insert(task)
 
     service.call(fill())
     yield service

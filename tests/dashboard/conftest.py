@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from asyncagents.service import begin_drain, create_app
-from asyncagents.tasks import InMemoryTaskStore, InProcessBackend, TaskManager
+from asyncagents.tasks import InMemoryTaskStore, InProcessBackend, TaskManager, TaskManagerConfig
 from dash_support import TOKEN, Script
 from starlette.applications import Starlette
 
@@ -27,7 +27,8 @@ def backend(script: Script) -> InProcessBackend:
 @pytest.fixture
 async def manager(backend: InProcessBackend) -> AsyncIterator[TaskManager]:
     store = InMemoryTaskStore()
-    async with TaskManager(backend, store, poll_interval=0.2, notice_retry_initial=0.05) as mgr:
+    config = TaskManagerConfig(poll_interval=0.2, notice_retry_initial=0.05, wake="never")
+    async with TaskManager(backend, store, config) as mgr:
         await asyncio.wait_for(mgr.events.connected.wait(), 5)
         yield mgr
 

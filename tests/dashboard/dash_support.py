@@ -25,6 +25,7 @@ from asyncagents.tasks import (
     ProviderError,
     Task,
     TaskManager,
+    TaskManagerConfig,
 )
 
 TOKEN = "test-token-0123456789"
@@ -142,7 +143,9 @@ class LiveService:
     async def _serve(self) -> None:
         self.backend = InProcessBackend(self.script)
         self.manager = TaskManager(
-            self.backend, InMemoryTaskStore(), poll_interval=0.2, notice_retry_initial=0.05
+            self.backend,
+            InMemoryTaskStore(),
+            TaskManagerConfig(poll_interval=0.2, notice_retry_initial=0.05, wake="never"),
         )
         await self.manager.start()
         self.app = create_app(self.manager, token=TOKEN, manage_manager=False)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
-
 import httpx
 import pytest
 from asyncagents.service.api import STATIC_DIR, UNAUTHORIZED, DashboardApi
@@ -15,9 +12,7 @@ from starlette.routing import Route
 
 
 async def stored(manager: TaskManager, task_id: str) -> Task:
-    got: Any = manager.store.get(task_id)
-    if inspect.isawaitable(got):
-        got = await got
+    got = await manager.store.get(task_id)
     assert got is not None
     return got
 

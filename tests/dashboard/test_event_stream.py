@@ -277,3 +277,28 @@ async def test_reconcile_publishes_what_no_listener_reported(source: FakeSource)
     ]
     assert events[0][2]["label"] == "tsk_0001 (resumed)"
     assert hub.reconcile([resumed, touched]) == 0
+
+
+async def test_a_real_managers_changes_arrive_through_its_listener(
+    manager: TaskManager, parent: str
+) -> None:
+    api = DashboardApi(manager, token=TOKEN, poll_interval=None)  # the listener alone
+    reader = Reader(api.hub, api.hub.subscribe(str(api.hub.last_id)))
+    task = await manager.task(parent, "Count the files [tool]", "general", "Count")
+    events = [await reader.next()]
+    while events[-1][1] != "task.completed":
+        events.append(await reader.next())
+    assert events[0][1:] == ("task.created", events[0][2])
+    assert events[0][2]["status"] == "running"
+    assert {e[2]["id"] for e in events} == {task.id}
+    assert events[-1][2]["result"] == "Done: Count the files [tool]"
+    assert events[-1][2]["progress"]["tool_calls"] == 2
+    ids = [int(e[0]) for e in events]
+    assert ids == list(range(ids[0], ids[0] + len(ids)))
+    held = await manager.task(parent, "Wait [hold:x]", "general", "w")
+    await manager.cancel(held.id)
+    kinds: list[str] = []
+    while "task.cancelled" not in kinds:
+        kinds.append((await reader.next())[1])
+    assert kinds[0] == "task.created"
+    api.close()

@@ -3,7 +3,6 @@ running on 127.0.0.1 (uvicorn in a thread) over a real `TaskManager` (in-process
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -64,9 +63,7 @@ def launch(live: LiveService, prompt: str, desc: str, agent: str = "general", **
 
 def status_of(live: LiveService, task: Task) -> TaskStatus:
     async def read() -> TaskStatus:
-        got: Any = live.manager.store.get(task.id)
-        if inspect.isawaitable(got):
-            got = await got
+        got = await live.manager.store.get(task.id)
         assert got is not None
         return got.status
 

@@ -77,10 +77,8 @@ def test_changes_stream_and_resume_after_reconnect(live: LiveService) -> None:
         with http.stream("GET", url, headers={**AUTH, "Last-Event-ID": last_id}) as response:
             lines = response.iter_lines()
             missed: list[tuple[str, str, Any]] = []
-            while {(e[1], e[2]["id"]) for e in missed} < {
-                ("task.completed", first.id),
-                ("task.completed", second.id),
-            }:
+            wanted = {("task.completed", first.id), ("task.completed", second.id)}
+            while not wanted <= {(e[1], e[2]["id"]) for e in missed}:
                 missed += read_events(lines, 1)
         # exactly the events after the last one read: consecutive ids, none twice, no snapshot
         ids = [int(e[0]) for e in missed]
@@ -101,10 +99,7 @@ def test_changes_stream_and_resume_after_reconnect(live: LiveService) -> None:
 
 
 async def _list(manager: TaskManager) -> list[Any]:
-    got: Any = manager.store.list_tasks()
-    if asyncio.iscoroutine(got):
-        got = await got
-    return list(got)
+    return list(await manager.store.list_tasks())
 
 
 async def test_draining_ends_open_streams(app: Starlette) -> None:

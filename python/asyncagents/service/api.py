@@ -13,7 +13,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import inspect
 import json
 import logging
 import math
@@ -22,7 +21,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
@@ -36,7 +35,7 @@ from ..tasks.manager import TaskManager
 from ..tasks.models import Task, TaskStatus
 from .api_schema import OPENAPI
 from .auth import token_matches
-from .event_stream import ChangeSource, EventHub, TooManySubscribersError, task_json
+from .event_stream import EventHub, TooManySubscribersError, task_json
 
 STATIC_DIR = Path(__file__).with_name("static")
 
@@ -59,7 +58,6 @@ MAX_PART_CHARS = 20_000
 #: concurrent message reads for the stats' tool counts
 STATS_CONCURRENCY = 8
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 UNAUTHORIZED = (
@@ -87,13 +85,6 @@ class ApiError(Exception):
 def bad_param(name: str, detail: str) -> ApiError:
     """A 400 naming the query parameter."""
     return ApiError(400, "bad_request", f"query parameter {name!r}: {detail}")
-
-
-async def _resolved(value: T | Awaitable[T]) -> T:
-    """A store call's result, whether the store is synchronous or asynchronous."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 # -- query parsing ----------------------------------------------------------------------------
@@ -356,9 +347,7 @@ class DashboardApi:
         #: catches changes no listener reports (other processes sharing the store)
         self.poll_interval = poll_interval
         self._poller: asyncio.Task[None] | None = None
-        add_listener = getattr(manager, "add_listener", None)
-        if add_listener is not None:
-            self.hub.attach(cast(ChangeSource, manager))
+        self.hub.attach(manager)
         #: (task id, turn, updated_at) -> tool counts of an ended turn (they no longer change)
         self._tool_counts: dict[tuple[str, int, int], Counter[str]] = {}
         self.routes: list[BaseRoute] = [
@@ -402,12 +391,12 @@ class DashboardApi:
             raise ApiError(401, "unauthorized", UNAUTHORIZED)
 
     async def _all_tasks(self) -> list[Task]:
-        return await _resolved(self.manager.store.list_tasks())
+        return await self.manager.store.list_tasks(backend=self.manager.backend_name)
 
     async def _task(self, request: Request) -> Task:
         task_id = request.path_params["task_id"]
-        task = await _resolved(self.manager.store.get(task_id))
-        if task is None:
+        task = await self.manager.store.get(task_id)
+        if task is None or task.backend != self.manager.backend_name:
             raise ApiError(404, "not_found", f"no task {task_id!r}")
         return task
 
