@@ -198,6 +198,7 @@ def page_service() -> Iterator[LiveService]:
                 parent_session_id=f"ses_parent{n % 10}",
                 status=statuses[n % len(statuses)],
                 description=f"Benchmark task number {n}",
+                backend=service.manager.backend_name,
             )
             await store.insert(task)
 
@@ -218,7 +219,8 @@ def test_page_first_render_1000_tasks(benchmark: Any, page_service: LiveService)
         browser = playwright.chromium.launch(
             executable_path=executable, args=CHROMIUM_ARGS, headless=True
         )
-        context = browser.new_context()
+        # bypass_csp: the polled predicate is evaluated as a string (the page itself is unchanged)
+        context = browser.new_context(bypass_csp=True)
         context.add_init_script(f"sessionStorage.setItem('asyncagents.token', '{TOKEN}')")
         page = context.new_page()
 
