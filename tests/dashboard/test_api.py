@@ -394,3 +394,18 @@ async def test_the_page_is_public_and_self_contained(client: httpx.AsyncClient) 
     for path in STATIC_DIR.iterdir():
         text = path.read_text()
         assert "http://" not in text and "https://" not in text, path.name
+
+
+async def test_a_running_task_shows_the_progress_its_manager_reported(
+    client: httpx.AsyncClient, manager: TaskManager, parent: str
+) -> None:
+    running = await launch(manager, parent, "Scan [tool] [hold:scan]", "general", "Scan")
+
+    async def reported() -> bool:
+        body = (await client.get(f"/v1/tasks/{running.id}")).json()
+        return bool(body["progress"]["last_tool"] == "read")
+
+    await wait_for(reported, 10, "the reported progress")
+    assert (await stored(manager, running.id)).progress.last_tool is None  # not stored yet
+    listed = (await client.get("/v1/tasks?status=running")).json()["tasks"]
+    assert listed[0]["progress"]["last_tool"] == "read"

@@ -17,7 +17,7 @@ from asyncagents.service.event_stream import (
     Subscription,
     TooManySubscribersError,
 )
-from asyncagents.tasks import Task, TaskManager, TaskStatus
+from asyncagents.tasks import Task, TaskManager, TaskProgress, TaskStatus
 from dash_support import TOKEN, FakeSource, make_task
 from starlette.applications import Starlette
 
@@ -302,3 +302,23 @@ async def test_a_real_managers_changes_arrive_through_its_listener(
         kinds.append((await reader.next())[1])
     assert kinds[0] == "task.created"
     api.close()
+
+
+async def test_snapshots_and_store_changes_keep_the_reported_progress(source: FakeSource) -> None:
+    hub = hub_on(source)
+    stored = make_task(1)  # the store keeps a run's progress only when its turn ends
+    progressed = make_task(1, progress=TaskProgress(tool_calls=3, last_tool="bash"))
+    source.emit("task.updated", progressed)
+    reader = Reader(hub, hub.subscribe(), [stored])
+    snapshot = await reader.next()
+    assert snapshot[2]["tasks"][0]["progress"]["last_tool"] == "bash"
+    assert hub.with_live_progress(stored).progress.tool_calls == 3
+    # a change found in the store (newer, same status) keeps the progress too
+    assert hub.reconcile([stored.model_copy(update={"updated_at": stored.updated_at + 1})]) == 1
+    event = await reader.next()
+    assert event[1] == "task.updated" and event[2]["progress"]["tool_calls"] == 3
+    # once the turn has ended, the stored progress is the truth
+    ended = make_task(1, status=TaskStatus.COMPLETED, updated_at=stored.updated_at + 2)
+    source.emit("task.completed", ended)
+    assert hub.with_live_progress(ended).progress.tool_calls == 0
+    assert hub.with_live_progress(stored).progress.tool_calls == 0

@@ -429,7 +429,7 @@ class DashboardApi:
         page, next_cursor = page_tasks(tasks, sort=sort, limit=limit, cursor=cursor)
         return JSONResponse(
             {
-                "tasks": [task_json(t) for t in page],
+                "tasks": [task_json(self.hub.with_live_progress(t)) for t in page],
                 "total": len(tasks),
                 "next_cursor": next_cursor.encode() if next_cursor else None,
             }
@@ -438,7 +438,7 @@ class DashboardApi:
     async def get_task(self, request: Request) -> Response:
         """One task with its progress and fork stats."""
         _only(request, ())
-        task = await self._task(request)
+        task = self.hub.with_live_progress(await self._task(request))
         out = task_json(task)
         out["duration_ms"] = turn_duration_ms(task)
         return JSONResponse(out)

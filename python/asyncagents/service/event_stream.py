@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..tasks.models import Task, TaskStatus
+from ..tasks.models import Task, TaskProgress, TaskStatus
 
 #: the kinds a manager reports (`TaskChange.kind`); each becomes an event of that name
 CHANGE_KINDS: tuple[str, ...] = (
@@ -159,6 +159,8 @@ class EventHub:
         self._sources: list[ChangeSource] = []
         #: task id -> (updated_at, status) of the last event published for it
         self._seen: dict[str, tuple[int, TaskStatus]] = {}
+        #: task id -> the progress last reported for its running turn
+        self._progress: dict[str, TaskProgress] = {}
         #: how many subscribers were dropped for being too slow
         self.dropped_count = 0
 
@@ -184,7 +186,19 @@ class EventHub:
             self._seen.pop(task.id, None)
         else:
             self._seen[task.id] = (task.updated_at, task.status)
+        if task.status.active and change.kind != "task.cleared":
+            self._progress[task.id] = task.progress
+        else:
+            self._progress.pop(task.id, None)
         self.publish(change.kind, event_task_json(task))
+
+    def with_live_progress(self, task: Task) -> Task:
+        """`task` with the progress its manager last reported while it runs: the manager
+        reports a run's tool calls as they happen but stores them when the turn ends."""
+        progress = self._progress.get(task.id)
+        if progress is None or not task.status.active:
+            return task
+        return task.model_copy(update={"progress": progress})
 
     def reconcile(self, tasks: Sequence[Task], *, seed: bool = False) -> int:
         """Publish the changes in `tasks` (every stored task) that no listener reported: tasks
@@ -203,13 +217,15 @@ class EventHub:
             if seen is not None and seen[0] >= task.updated_at and seen[1] is task.status:
                 continue
             self._seen[task.id] = (task.updated_at, task.status)
+            if not task.status.active:
+                self._progress.pop(task.id, None)
             if not seed:
-                self.publish(
-                    inferred_kind(None if seen is None else seen[1], task), event_task_json(task)
-                )
+                kind = inferred_kind(None if seen is None else seen[1], task)
+                self.publish(kind, event_task_json(self.with_live_progress(task)))
                 published += 1
         for task_id in [t for t in self._seen if t not in present]:
             del self._seen[task_id]
+            self._progress.pop(task_id, None)
             if not seed:
                 self.publish("task.cleared", {"id": task_id, "truncated": []})
                 published += 1
@@ -290,7 +306,7 @@ class EventHub:
             if sub.needs_snapshot:
                 tasks = await snapshot()
                 payload = {
-                    "tasks": [event_task_json(t) for t in tasks],
+                    "tasks": [event_task_json(self.with_live_progress(t)) for t in tasks],
                     "heartbeat_ms": int(self.heartbeat * 1000),
                     "now_ms": time.time_ns() // 1_000_000,
                 }

@@ -255,7 +255,10 @@ function fillRow(row, task) {
   desc.title = task.description;
   const dur = el("span", "dur", fmtDuration(durationOf(task)));
   const p = task.progress || {};
-  const tools = el("span", "tools", `${p.tool_calls || 0} tools${p.last_tool ? ` · ${p.last_tool}` : ""}`);
+  // a running turn's count is known when it ends; its last tool as it happens
+  const n = p.tool_calls || 0;
+  const count = n || !p.last_tool ? `${n} tool${n === 1 ? "" : "s"}` : "tool";
+  const tools = el("span", "tools", `${count}${p.last_tool ? ` · ${p.last_tool}` : ""}`);
   row.append(badge, id, agent, desc, dur, tools);
   const marks = `${task.is_forked ? " (forked)" : ""}${task.resume_count > 0 ? " (resumed)" : ""}`;
   row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}, ${task.id}${marks}`);
