@@ -215,6 +215,10 @@ def test_screenshot_with_every_status(browser: Browser, live: LiveService, schem
     path = artifacts_dir() / f"dashboard-{scheme}.png"
     page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000
+    row(page, forked).click()  # a fork's detail has its stats
+    expect(page.locator("#detail-fork-box")).to_be_visible()
+    expect(page.locator("#detail-fork dt").first).to_be_visible()
+    page.keyboard.press("Escape")
     row(page, done).click()
     expect(page.locator("#detail-messages .msg")).to_have_count(4)
     page.screenshot(path=str(artifacts_dir() / f"dashboard-detail-{scheme}.png"))
