@@ -7,8 +7,7 @@ install``, ``asyncagents serve`` as a subprocess, the fake model of tests/e2e):
   benchmark's own timing is the whole prompt (model step, tool, reply);
 - child end to parent wake: a task is launched through the service's HTTP route, and the time
   from the child's last assistant message (``time.completed``) to the parent's notice message
-  (``time.created``, both OpenCode's clock). With a manager that wakes parents the notice is
-  the wake prompt; otherwise the ``noReply`` notice (``extra_info["wake"]`` says which).
+  (``time.created``, both OpenCode's clock): the wake prompt of ``--wake each``.
 
 ``ASYNCAGENTS_BENCH_SMOKE=1`` runs 5 round trips and 2 wakes instead of 200 and 20.
 """
@@ -33,7 +32,6 @@ from asyncagents.tasks import OpenCodeBackend
 from e2e_support import AGENT, free_port, opencode_binary
 from fake_model import FakeModel
 from plugin_support import (
-    HAS_WAKE,
     PluginOpenCode,
     ServiceProcess,
     call,
@@ -111,7 +109,6 @@ def test_tool_round_trip_through_the_plugin(benchmark: Any, stack: Stack) -> Non
 
 def test_child_end_to_parent_wake(benchmark: Any, stack: Stack) -> None:
     benchmark.group = "service-wake-latency"
-    benchmark.extra_info["wake"] = HAS_WAKE
     loop = asyncio.new_event_loop()
     backend = OpenCodeBackend(stack.opencode.base_url)
     token = (stack.service.state / "asyncagents" / "token").read_text().strip()

@@ -111,6 +111,10 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         print(f"asyncagents serve: --port {args.port} is not a TCP port", file=sys.stderr)
         return 2
+    problem = _opencode_url_problem(args.opencode)
+    if problem is not None:
+        print(f"asyncagents serve: {problem}", file=sys.stderr)
+        return 2
     path = default_token_path()
     try:
         token, created = load_or_create_token(path)
@@ -118,6 +122,9 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"asyncagents serve: {exc}", file=sys.stderr)
         return 2
     print(f"asyncagents serve: token {'created in' if created else 'read from'} {path}", flush=True)
+    warning = _opencode_down(args.opencode)
+    if warning is not None:
+        print(f"asyncagents serve: warning: {warning}", file=sys.stderr, flush=True)
     options = ServeOptions(
         opencode_url=args.opencode,
         host=args.host,
@@ -126,6 +133,36 @@ def _serve(args: argparse.Namespace) -> int:
         wake=args.wake,
     )
     return serve(options, token)
+
+
+def _opencode_url_problem(url: str) -> str | None:
+    """What is wrong with `url` as an OpenCode server's address, or None."""
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        return f"--opencode {url!r} is not a URL: {exc}"
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return f"--opencode {url!r} is not an http(s) URL with a host"
+    return None
+
+
+def _opencode_down(url: str) -> str | None:
+    """Why the OpenCode server does not answer its health check yet, or None when it does
+    (only a warning: the service reconnects once it is up)."""
+    import httpx
+
+    try:
+        response = httpx.get(str(httpx.URL(url).join("/global/health")), timeout=3.0)
+    except httpx.HTTPError as exc:
+        return (
+            f"OpenCode at {url} does not answer yet ({type(exc).__name__}); tool calls fail "
+            "until it does"
+        )
+    if response.status_code != 200:
+        return f"{url}/global/health answered HTTP {response.status_code}"
+    return None
 
 
 def _opencode_install(args: argparse.Namespace) -> int:

@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from asyncagents import tasks
 from asyncagents.tasks import OpenCodeBackend, PromptRequest
 from e2e_support import AGENT, OpenCodeServer, free_port
 from fake_model import CALL_TAG
@@ -26,8 +25,6 @@ from parent_notices import texts
 REPO = Path(__file__).resolve().parents[2]
 OPENCODE_VERSION = "1.18.33"
 NOTICE = re.compile(r"\[asyncagents notice (ntc_[0-9a-f]+)\]\nBackground task (tsk_[0-9a-f]+)")
-#: the manager wakes parents (a prompt their model answers) only once it has wake modes
-HAS_WAKE = hasattr(tasks, "TaskManagerConfig")
 
 
 def call(tool: str, arguments: dict[str, Any]) -> str:

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from asyncagents.service import load_or_create_token
 from asyncagents.tasks import TOOLS, OpenCodeBackend
 from e2e_support import AGENT, free_port, opencode_binary, until
 from fake_model import WAKE_TAG, FakeModel
 from parent_notices import texts
 from plugin_support import (
-    HAS_WAKE,
     PluginOpenCode,
     ServiceProcess,
     call,
@@ -115,9 +116,6 @@ async def test_opencode_offers_the_five_tools_with_types_and_optionality(
     assert offered["asyncagents_output"]["parameters"]["properties"]["timeout"]["maximum"] == 600
 
 
-@pytest.mark.xfail(
-    not HAS_WAKE, reason="the manager wakes parents only from branch `manager`", strict=True
-)
 async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
     service: ServiceProcess, oc: OpenCodeBackend
 ) -> None:
@@ -200,13 +198,29 @@ async def test_list_cancel_and_clear_through_the_plugin(
 
 
 async def test_service_down_answers_a_clear_error_in_bounded_time(
-    plugin_opencode: PluginOpenCode, oc: OpenCodeBackend, service_port: int
+    plugin_opencode: PluginOpenCode, oc: OpenCodeBackend, service_port: int, plugin_root: Path
 ) -> None:
+    token_path = plugin_root / "state" / "asyncagents" / "token"
+    kept = token_path.read_bytes() if token_path.exists() else None
+    token_path.unlink(missing_ok=True)
     parent = await new_parent(oc)
+    # never started: no token yet
+    await say_to(oc, parent, call("asyncagents_list", {}))
+    assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == (
+        f"Error: no service token at {token_path} (ENOENT). Start the service with "
+        "`asyncagents serve --opencode <this OpenCode server's URL>`: it creates the token on "
+        "its first start."
+    )
+    if kept is None:
+        load_or_create_token(token_path)
+    else:
+        token_path.write_bytes(kept)
+        token_path.chmod(0o600)
+    # started once, down now
     begin = time.monotonic()
     await say_to(oc, parent, call("asyncagents_list", {}))
     assert time.monotonic() - begin < 60
-    (text,) = await tool_outputs(oc, parent, "asyncagents_list")
+    text = (await tool_outputs(oc, parent, "asyncagents_list"))[-1]
     assert text.startswith(
         f"Error: the asyncagents service at http://127.0.0.1:{service_port} is not reachable ("
     ), text
@@ -214,6 +228,27 @@ async def test_service_down_answers_a_clear_error_in_bounded_time(
         "). Start it with `asyncagents serve --opencode <this OpenCode server's URL>`, then call "
         "the tool again."
     )
+
+
+async def test_service_slow_answers_a_timeout_text(
+    plugin_opencode: PluginOpenCode, oc: OpenCodeBackend, service_port: int
+) -> None:
+    # something holds the service's port, accepts connections and never answers
+    with socket.socket() as hole:
+        hole.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        hole.bind(("127.0.0.1", service_port))
+        hole.listen(16)
+        parent = await new_parent(oc)
+        begin = time.monotonic()
+        await say_to(oc, parent, call("asyncagents_list", {}))
+        elapsed = time.monotonic() - begin
+    (text,) = await tool_outputs(oc, parent, "asyncagents_list")
+    assert text == (
+        f"Error: the asyncagents service at http://127.0.0.1:{service_port} did not answer within "
+        "30 s. Check that `asyncagents serve` is running, then call the tool again (a task you "
+        "started may exist already: see asyncagents_list)."
+    )
+    assert 30 <= elapsed < 90
 
 
 @pytest.mark.parametrize("how", ["sigterm", "kill"])

@@ -14,6 +14,7 @@ from asyncagents.tasks import (
     InProcessBackend,
     SQLiteTaskStore,
     TaskManager,
+    TaskManagerConfig,
     TaskStore,
 )
 from service_support import TOKEN, Responder
@@ -30,15 +31,23 @@ def backend(responder: Responder) -> InProcessBackend:
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> TaskStore:
-    if request.param == "memory":
-        return InMemoryTaskStore()
-    return SQLiteTaskStore(tmp_path / "tasks.sqlite3")
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
+    made: TaskStore = (
+        InMemoryTaskStore()
+        if request.param == "memory"
+        else SQLiteTaskStore(tmp_path / "tasks.sqlite3")
+    )
+    yield made
+    await made.close()
+
+
+#: quick loops for the in-process backend; notices as noReply (no wake turn to wait for)
+CONFIG = TaskManagerConfig(poll_interval=0.2, notice_retry_initial=0.05, wake="never")
 
 
 @pytest.fixture
 async def manager(backend: InProcessBackend, store: TaskStore) -> AsyncIterator[TaskManager]:
-    async with TaskManager(backend, store, poll_interval=0.2, notice_retry_initial=0.05) as mgr:
+    async with TaskManager(backend, store, CONFIG) as mgr:
         await asyncio.wait_for(mgr.events.connected.wait(), 5)
         yield mgr
 

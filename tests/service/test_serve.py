@@ -187,3 +187,47 @@ def test_a_port_in_use_fails_with_status_1(service: Service) -> None:
         )
     assert done.returncode == 1
     assert "address already in use" in done.stderr.lower()
+
+
+def test_a_bad_opencode_url_is_refused_and_a_down_one_warned(service: Service) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "python"),
+        "XDG_STATE_HOME": str(service.root / "state"),
+    }
+    for url in ("notaurl", "ftp://127.0.0.1:21"):
+        done = subprocess.run(
+            [sys.executable, "-m", "asyncagents", "serve", "--opencode", url],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2
+        assert done.stderr == (
+            f"asyncagents serve: --opencode {url!r} is not an http(s) URL with a host\n"
+        )
+    service.start()
+    status, out = service.stop()
+    assert status == 0
+    assert (
+        f"asyncagents serve: warning: OpenCode at {NO_OPENCODE} does not answer yet (ConnectError)"
+        "; tool calls fail until it does\n" in out
+    )
+
+
+@pytest.mark.parametrize("wake", ["each", "all_done", "never"])
+async def test_wake_goes_to_the_managers_config(tmp_path: Path, wake: str) -> None:
+    from asyncagents.service.server import ServeOptions, build_manager
+
+    options = ServeOptions(
+        opencode_url=NO_OPENCODE,
+        store_path=tmp_path / "tasks.sqlite3",
+        wake=wake,  # type: ignore[arg-type]
+    )
+    manager = build_manager(options)
+    try:
+        assert manager.config.wake == wake
+        assert manager.backend_name == NO_OPENCODE
+    finally:
+        await manager.aclose()

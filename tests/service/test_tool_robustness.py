@@ -14,6 +14,7 @@ from asyncagents.tasks import (
     InProcessBackend,
     SQLiteTaskStore,
     TaskManager,
+    TaskManagerConfig,
     TaskStatus,
     run_tool,
 )
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from service_support import Responder
 
+QUICK = TaskManagerConfig(poll_interval=0.2, wake="never")
 OUTPUT = "asyncagents_output"
 TASK = "asyncagents_task"
 
@@ -108,7 +110,7 @@ async def test_arguments_none_or_a_list(manager: TaskManager, parent: str) -> No
 async def test_lone_surrogate_in_prompt_with_sqlite(tmp_path: Path) -> None:
     backend = InProcessBackend(Responder())
     store = SQLiteTaskStore(tmp_path / "tasks.sqlite3")
-    async with TaskManager(backend, store, poll_interval=0.2) as manager:
+    async with TaskManager(backend, store, QUICK) as manager:
         parent = str((await backend.create_session(title="p"))["id"])
         text = await run_tool(
             manager, parent, TASK, {"prompt": "bad \ud800 text", "agent": "build"}
@@ -133,7 +135,7 @@ class _EmptySessionBackend(InProcessBackend):
 
 async def test_server_answering_create_session_with_an_empty_object() -> None:
     backend = _EmptySessionBackend(Responder())
-    async with TaskManager(backend, InMemoryTaskStore(), poll_interval=0.2) as manager:
+    async with TaskManager(backend, InMemoryTaskStore(), QUICK) as manager:
         text = await run_tool(manager, "ses_p", TASK, {"prompt": "x", "agent": "build"})
     assert text.startswith("Error: asyncagents_task failed unexpectedly (KeyError: 'id'). ")
     assert text.endswith("Call asyncagents_list to see whether it took effect before trying again.")
@@ -146,7 +148,7 @@ class _DownBackend(InProcessBackend):
 
 async def test_backend_down_is_a_text() -> None:
     backend = _DownBackend(Responder())
-    async with TaskManager(backend, InMemoryTaskStore(), poll_interval=0.2) as manager:
+    async with TaskManager(backend, InMemoryTaskStore(), QUICK) as manager:
         text = await run_tool(manager, "ses_p", TASK, {"prompt": "x", "agent": "build"})
     assert text == "Error: OpenCode server at http://127.0.0.1:1 is unreachable"
 
@@ -162,7 +164,7 @@ class _BrokenStore(InMemoryTaskStore):
 
 async def test_store_failure_is_a_text(backend: InProcessBackend) -> None:
     store = _BrokenStore()
-    async with TaskManager(backend, store, poll_interval=0.2) as manager:
+    async with TaskManager(backend, store, QUICK) as manager:
         store.broken = True
         text = await run_tool(manager, "ses_p", "asyncagents_list", {})
     assert text == (
@@ -288,7 +290,7 @@ def test_run_tool_always_answers_a_text(
 async def _call(tmp_path: Path, name: str, arguments: Any, session: str) -> str:
     backend = InProcessBackend(Responder())
     store = SQLiteTaskStore(tmp_path / "h.sqlite3")
-    async with TaskManager(backend, store, poll_interval=5.0) as manager:
+    async with TaskManager(backend, store, QUICK) as manager:
         if isinstance(arguments, dict) and "block" in arguments:
             arguments = {**arguments, "timeout": 0}
         text = await run_tool(manager, session, name, arguments)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from asyncagents.tasks import (
     OutputResult,
@@ -138,8 +140,9 @@ async def test_output_running_through_the_tool(
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
     lines = text.splitlines()
     assert lines[0] == f"Task {task.id} [running] build: a job"
-    assert lines[1].startswith("Running for ")
-    assert lines[1].endswith("s; 0 tool call(s) so far; last activity unknown.")
+    assert re.fullmatch(
+        r"Running for \d+s; 0 tool call\(s\) so far; last activity (unknown|\d+s ago)\.", lines[1]
+    ), lines[1]
     responder.release.set()
 
 
@@ -236,4 +239,50 @@ async def test_fork_and_resume_together_text(manager: TaskManager, parent: str) 
         "Error: fork and resume are mutually exclusive: resume continues the task's own session "
         "(which already has its history), fork starts a new task with a copy of your context. "
         "Call asyncagents_task again with only one of them."
+    )
+
+
+async def test_a_unique_prefix_of_a_task_id_works(manager: TaskManager, parent: str) -> None:
+    task = await _launch(manager, parent, "do it")
+    await manager.output(task.id, block=True, timeout=10)
+    text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id[:12]})
+    assert text == f"Task {task.id} [completed] build: a job\n\nResult:\nReply to: do it"
+
+
+async def test_an_ambiguous_prefix_text(manager: TaskManager, parent: str) -> None:
+    first = await _launch(manager, parent, "one")
+    second = await _launch(manager, parent, "two")
+    text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": "tsk_"})
+    assert text.startswith("Error: Task id 'tsk_' is ambiguous; it matches several tasks: ")
+    assert text.endswith(". Give more characters of the id.")
+    assert first.id in text and second.id in text
+
+
+async def test_failed_and_cancelled_follow_up_texts(manager: TaskManager, parent: str) -> None:
+    task = await _launch(manager, parent, "first")
+    await manager.output(task.id, block=True, timeout=10)
+    await run_tool(
+        manager, parent, "asyncagents_task", {"prompt": "[fail] more", "resume": task.id}
+    )
+    text = await run_tool(
+        manager, parent, "asyncagents_output", {"task_id": task.id, "block": True}
+    )
+    assert text == (
+        f"Task {task.id} (resumed) [completed] build: a job\n\nResult:\nReply to: first\n\n"
+        "The last follow-up did not answer: APIError: Invalid request: rejected by the provider\n"
+        "The result above is from before it; the task can be resumed again."
+    )
+    await run_tool(
+        manager, parent, "asyncagents_task", {"prompt": "[hold] again", "resume": task.id}
+    )
+    text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": task.id})
+    assert text == (
+        f"Cancelled the follow-up of background task {task.id} (resumed): a job\n"
+        "It is completed again with its previous result."
+    )
+    text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
+    assert text.endswith(
+        "Result:\nReply to: first\n\nThe last follow-up did not answer: the follow-up was "
+        "cancelled by the parent\nThe result above is from before it; the task can be resumed "
+        "again."
     )

@@ -63,6 +63,7 @@ async function readToken() {
 
 /** The body of a response, at most `limit` bytes. */
 async function readCapped(response, limit) {
+  if (!response.body) return ""
   const reader = response.body.getReader()
   const chunks = []
   let size = 0
@@ -80,6 +81,7 @@ async function readCapped(response, limit) {
 }
 
 async function call(name, input, context) {
+  if (context.abort?.aborted) return "Error: the call was aborted."
   const url = `${CONFIG.serviceUrl}/v1/tools/${name}`
   const limitMs = deadlineMs(name, input)
   const controller = new AbortController()

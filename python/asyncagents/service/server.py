@@ -17,16 +17,23 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 
+from ..tasks import (
+    OpenCodeBackend,
+    SQLiteTaskStore,
+    TaskManager,
+    TaskManagerConfig,
+    default_store_path,
+)
+from ..tasks.config import WakeMode
 from .app import begin_drain, create_app
 
 log = logging.getLogger(__name__)
 
-WakeMode = Literal["each", "all_done", "never"]
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4097
 #: the longest a stop waits for the calls in flight before it closes the manager anyway
@@ -45,22 +52,11 @@ class ServeOptions:
     wake: WakeMode = "each"
 
 
-def build_manager(options: ServeOptions) -> Any:
-    """A `TaskManager` over the OpenCode server at `options.opencode_url`, SQLite store.
-
-    `wake` goes into the manager's config when this version of the manager has one.
-    """
-    from .. import tasks
-
-    backend = tasks.OpenCodeBackend(options.opencode_url)
-    store = tasks.SQLiteTaskStore(options.store_path or tasks.default_store_path())
-    config_type = getattr(tasks, "TaskManagerConfig", None)
-    if config_type is not None:
-        manager_type: Any = tasks.TaskManager
-        return manager_type(backend, store, config=config_type(wake=options.wake))
-    if options.wake != "each":
-        log.warning("this task manager has no wake modes; --wake %s is ignored", options.wake)
-    return tasks.TaskManager(backend, store)
+def build_manager(options: ServeOptions) -> TaskManager:
+    """A `TaskManager` over the OpenCode server at `options.opencode_url`, SQLite store."""
+    backend = OpenCodeBackend(options.opencode_url)
+    store = SQLiteTaskStore(options.store_path or default_store_path())
+    return TaskManager(backend, store, TaskManagerConfig(wake=options.wake))
 
 
 class _Server(uvicorn.Server):

@@ -138,7 +138,7 @@ class TaskArguments(ToolArguments):
 class OutputArguments(ToolArguments):
     """asyncagents_output: status and result, optionally the child's conversation."""
 
-    task_id: Text = Field(description="The task id.")
+    task_id: Text = Field(description="The task id (or a unique prefix of it).")
     block: Flag = Field(default=False, description="Wait for the end of the task's run.")
     timeout: Seconds = Field(
         default=DEFAULT_OUTPUT_TIMEOUT_SECONDS,
@@ -177,7 +177,7 @@ class ListArguments(ToolArguments):
 class CancelArguments(ToolArguments):
     """asyncagents_cancel: abort a running task."""
 
-    task_id: Text = Field(description="The task id.")
+    task_id: Text = Field(description="The task id (or a unique prefix of it).")
 
 
 class ClearArguments(ToolArguments):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -180,7 +180,14 @@ def format_output(out: OutputResult) -> str:
         )
         return "\n".join(lines)
     if task.status is TaskStatus.COMPLETED:
-        return f"{head}\n\nResult:\n{task.result or '(the task finished without a text reply)'}"
+        text = f"{head}\n\nResult:\n{task.result or '(the task finished without a text reply)'}"
+        if task.error:
+            # a follow-up failed or was cancelled: the task keeps its last good result
+            text += (
+                f"\n\nThe last follow-up did not answer: {task.error}\nThe result above is from "
+                "before it; the task can be resumed again."
+            )
+        return text
     if task.status is TaskStatus.ERROR:
         return f"{head}\n\nError: {task.error}\nStart a new asyncagents_task to try again."
     return f"{head}\n\nThe task was cancelled" + (f": {task.error}" if task.error else ".")
@@ -197,7 +204,12 @@ def format_list(tasks: list[Task]) -> str:
 
 
 def format_cancelled(task: Task) -> str:
-    """Reply to asyncagents_cancel."""
+    """Reply to asyncagents_cancel (a cancelled follow-up leaves the task completed)."""
+    if task.status is TaskStatus.COMPLETED:
+        return (
+            f"Cancelled the follow-up of background task {task.label}: {task.description}\n"
+            "It is completed again with its previous result."
+        )
     return f"Cancelled background task {task.label}: {task.description}"
 
 
@@ -261,8 +273,8 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
     task = await manager.task(
         session_id,
         args.prompt,
-        agent=args.agent or "",
-        description=args.description or "",
+        agent=args.agent,
+        description=args.description,
         fork=args.fork,
         resume=args.resume,
     )
@@ -275,7 +287,7 @@ async def _output(
     args: OutputArguments,
     interrupt: asyncio.Event | None,
 ) -> str:
-    def read(block: bool) -> Any:
+    def read(block: bool) -> Awaitable[OutputResult]:
         return manager.output(
             args.task_id, block=block, timeout=args.timeout, parent_session_id=session_id
         )
@@ -297,7 +309,9 @@ async def _output(
 
 
 async def _unless_interrupted(
-    wait: Any, interrupt: asyncio.Event, instead: Callable[[], Any]
+    wait: Awaitable[OutputResult],
+    interrupt: asyncio.Event,
+    instead: Callable[[], Awaitable[OutputResult]],
 ) -> OutputResult:
     """Await `wait`; if `interrupt` is set first, cancel it and await `instead()`."""
     job = asyncio.ensure_future(wait)
@@ -306,16 +320,12 @@ async def _unless_interrupted(
         await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.cancel()
-    if job.done():
-        result: OutputResult = job.result()
-        return result
-    job.cancel()
-    try:
-        await job
-    except asyncio.CancelledError:
-        pass
-    result = await instead()
-    return result
+        if not job.done():
+            job.cancel()
+            await asyncio.wait({job})
+    if not job.cancelled():
+        return job.result()
+    return await instead()
 
 
 async def _dispatch(
@@ -347,6 +357,9 @@ async def run_tool(
 ) -> str:
     """Execute one tool call made by `session_id` (running as `agent`); always a text.
 
+    `agent` is the calling session's agent as the agent server reports it; the manager needs
+    none (a wake prompt runs as the parent's latest turn did), so it only goes to the log.
+
     `arguments` is what the model sent: a mapping, a JSON object string, or null for none;
     anything else is answered with an error text. When `interrupt` is set during a blocking
     asyncagents_output, the wait ends and the task's status is answered at once (a service
@@ -371,6 +384,6 @@ async def run_tool(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        log.exception("%s failed for session %s", name, session_id)
+        log.exception("%s failed for session %r (agent %r)", name, session_id, agent)
         text = format_unexpected(name, exc)
     return _valid_unicode(text)
