@@ -41,8 +41,12 @@ class PromptRequest(BaseModel):
 class SessionBackend(Protocol):
     """Sessions, messages, prompts and the event stream, as OpenCode serves them.
 
-    Errors: `SessionNotFoundError` for an unknown session, `BackendUnavailableError` when the
-    server cannot be reached, `BackendError` for any other failure.
+    Errors: `SessionNotFoundError` only when the server itself says the session does not exist
+    (for OpenCode: its ``NotFoundError`` answer, confirmed by a second read), so a caller may
+    drop what belongs to that session; `BackendUnavailableError` (`BackendTimeoutError`) when
+    the server cannot be reached in time; any other `BackendError` (`BackendHTTPError`,
+    `BackendProtocolError`, ...) for a failure that says nothing about the session, after
+    which the caller keeps its state and retries later. Every call is bounded in time and size.
     """
 
     async def create_session(

@@ -47,5 +47,7 @@ class TaskManagerConfig(BaseModel):
     #: ``{"providerID": ..., "modelID": ...}`` for the children; None: the server's default
     model: dict[str, str] | None = None
     follow_events: bool = True
-    #: `clear` deletes the cleared tasks' child sessions (no tool can reach them any more)
-    delete_cleared_sessions: bool = True
+    #: `clear` deletes the cleared tasks' child sessions (no tool can reach them any more).
+    #: None: only on the in-process backend (nobody else can read its sessions); on a real
+    #: server they stay, for the user to open
+    delete_cleared_sessions: bool | None = None

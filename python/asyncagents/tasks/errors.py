@@ -108,20 +108,96 @@ class StoreError(TaskError):
 
 
 class BackendError(TaskError):
-    """The session server answered with an error."""
+    """The session server failed a call; nothing was changed on our side, a retry may work.
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    `url` and `method` name the request (None for in-process backends), `status_code` the HTTP
+    status when there was one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status_code: int | None = None,
+        *,
+        url: str | None = None,
+        method: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.url = url
+        self.method = method
 
 
 class BackendUnavailableError(BackendError):
     """The session server cannot be reached (down, refused, timed out)."""
 
 
-class SessionNotFoundError(BackendError):
-    """The server has no such session (HTTP 404)."""
+class BackendTimeoutError(BackendUnavailableError):
+    """A call passed its overall deadline (connect + send + the whole body), or the event
+    stream was silent for longer than its idle timeout."""
 
-    def __init__(self, session_id: str, message: str | None = None) -> None:
-        super().__init__(message or f"Session not found: {session_id}", 404)
+    def __init__(
+        self, message: str, *, timeout: float, url: str | None = None, method: str | None = None
+    ) -> None:
+        super().__init__(message, url=url, method=method)
+        self.timeout = timeout
+
+
+class BackendHTTPError(BackendError):
+    """The server (or a proxy before it) answered an error status that is not OpenCode's own
+    confirmed not-found answer: an HTML 404 page, a 5xx, another JSON error."""
+
+
+class BackendProtocolError(BackendError):
+    """The server answered something the client cannot use: a body that is not the JSON
+    expected, a redirect, a body over its size cap."""
+
+
+class BackendRedirectError(BackendProtocolError):
+    """The server answered a redirect (3xx); redirects are refused, never followed."""
+
+    def __init__(
+        self,
+        message: str,
+        status_code: int,
+        *,
+        location: str | None,
+        url: str | None = None,
+        method: str | None = None,
+    ) -> None:
+        super().__init__(message, status_code, url=url, method=method)
+        self.location = location
+
+
+class BackendResponseTooLargeError(BackendProtocolError):
+    """A response body, or one line or event of the event stream, passed its size cap; the
+    read stopped there (`received` bytes, at most one network chunk over `limit`)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: int,
+        received: int,
+        url: str | None = None,
+        method: str | None = None,
+    ) -> None:
+        super().__init__(message, url=url, method=method)
+        self.limit = limit
+        self.received = received
+
+
+class SessionNotFoundError(BackendError):
+    """The server has no such session: OpenCode's own ``NotFoundError`` answer (HTTP 404),
+    confirmed by a second read of the session."""
+
+    def __init__(
+        self,
+        session_id: str,
+        message: str | None = None,
+        *,
+        url: str | None = None,
+        method: str | None = None,
+    ) -> None:
+        super().__init__(message or f"Session not found: {session_id}", 404, url=url, method=method)
         self.session_id = session_id

@@ -83,6 +83,7 @@ class InProcessBackend:
     Test knobs: `drop_events` (events are not published: proves reconciliation), `disconnect()`
     (ends every open event stream: proves reconnects), `fail_prompts` (session ids whose prompts
     fail as if the server were down: proves notice retries), `down` (every call fails).
+    `prompts` records every prompt body sent, until its session is deleted.
     """
 
     def __init__(self, responder: Responder, *, event_queue_size: int = 100_000) -> None:
@@ -96,6 +97,10 @@ class InProcessBackend:
         self.down = False
         self.fail_prompts: set[str] = set()
         self.prompts: list[tuple[str, JSON]] = []
+
+    def session_ids(self) -> list[str]:
+        """The ids of every session it holds (deleted ones are gone with all they had)."""
+        return list(self._sessions)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -214,6 +219,9 @@ class InProcessBackend:
             running.cancel()
         del self._sessions[session_id]
         del self._messages[session_id]
+        # nothing of a deleted session stays behind (memory returns to its baseline)
+        if any(sid == session_id for sid, _ in self.prompts):
+            self.prompts = [(sid, body) for sid, body in self.prompts if sid != session_id]
         self.publish("session.deleted", {"sessionID": session_id, "info": session})
 
     async def messages(self, session_id: str, *, limit: int | None = None) -> list[JSON]:
@@ -241,6 +249,7 @@ class InProcessBackend:
             "role": "user",
             "time": {"created": now_ms()},
             "agent": request.agent or "build",
+            "model": dict(request.model or {"providerID": "inprocess", "modelID": "inprocess"}),
         }
         if request.tools:
             info["tools"] = dict(request.tools)

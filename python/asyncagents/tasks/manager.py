@@ -40,6 +40,7 @@ from .errors import (
     TaskNotRunningError,
     TaskRequestError,
 )
+from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
 from .models import OutputResult, Task, TaskStatus, new_id
@@ -154,6 +155,10 @@ class TaskManager:
             backend_name=self.backend_name,
             lease_ttl=self.config.lease_ttl,
             on_taken=self._adopt,
+        )
+        delete = self.config.delete_cleared_sessions
+        self._delete_cleared = (
+            delete if delete is not None else isinstance(backend, InProcessBackend)
         )
         self._start_lock = asyncio.Lock()
         self._started = False
@@ -365,7 +370,7 @@ class TaskManager:
 
     async def clear(self, parent_session_id: str) -> builtins.list[Task]:
         """Remove every task of a parent on this backend (and their pending notices); abort
-        those still running; delete their child sessions (``delete_cleared_sessions``)."""
+        those still running; delete their child sessions if ``delete_cleared_sessions``."""
         await self.start()
         removed = await self.store.delete_parent(parent_session_id, backend=self.backend_name)
         for task in removed:
@@ -455,7 +460,7 @@ class TaskManager:
     async def _retire_session(self, session_id: str, *, abort: bool) -> None:
         if abort:
             await abort_quietly(self.backend, session_id)
-        if self.config.delete_cleared_sessions:
+        if self._delete_cleared:
             try:
                 await self.backend.delete_session(session_id)
             except SessionNotFoundError:
