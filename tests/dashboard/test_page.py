@@ -232,3 +232,21 @@ def test_detail_shows_texts_the_events_cut(browser: Browser, live: LiveService) 
     log_in(page)
     row(page, long).click()
     expect(page.locator("#detail-result")).to_have_text("Done: " + prompt)
+
+
+def test_a_dropped_stream_reconnects_and_resumes(browser: Browser, live: LiveService) -> None:
+    first = launch(live, "Index the docs [hold:first]", "Index docs")
+    page = open_page(browser, live)
+    log_in(page)
+    expect(row(page, first).locator(".badge")).to_have_text("running")
+    hub = live.app.state.dashboard.hub
+    assert live.run(lambda: hub.snapshots_sent) == 1
+    live.run(hub.drop_all)  # as if the connection broke
+    later = launch(live, "Check the links", "Check links")  # while the page reconnects
+    live.run(lambda: live.script.release("first"))
+    expect(row(page, later).locator(".badge")).to_have_text("completed")
+    expect(row(page, first).locator(".badge")).to_have_text("completed")
+    expect(page.locator("#conn")).to_have_text("Live")
+    # it resumed after the last event it had (Last-Event-ID): no second snapshot
+    assert live.run(lambda: hub.snapshots_sent) == 1
+    assert live.run(lambda: hub.subscriber_count) == 1

@@ -85,6 +85,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = state
+    app.state.dashboard = dashboard
     return app
 
 

@@ -163,6 +163,8 @@ class EventHub:
         self._progress: dict[str, TaskProgress] = {}
         #: how many subscribers were dropped for being too slow
         self.dropped_count = 0
+        #: how many snapshots were sent (a resumed stream gets none)
+        self.snapshots_sent = 0
 
     # -- the manager side ---------------------------------------------------------------------
 
@@ -171,13 +173,17 @@ class EventHub:
         source.add_listener(self.on_change)
         self._sources.append(source)
 
+    def drop_all(self) -> None:
+        """End every open stream (its client reconnects and resumes with Last-Event-ID)."""
+        for sub in list(self._subscribers):
+            self._drop(sub)
+
     def detach(self) -> None:
         """Stop listening, and end every open stream."""
         for source in self._sources:
             source.remove_listener(self.on_change)
         self._sources.clear()
-        for sub in list(self._subscribers):
-            self._drop(sub)
+        self.drop_all()
 
     def on_change(self, change: TaskChangeLike) -> None:
         """The listener: publish one change (called on the loop; never blocks)."""
@@ -304,6 +310,7 @@ class EventHub:
         try:
             yield f"retry: {int(self.heartbeat * 1000)}\n\n".encode()
             if sub.needs_snapshot:
+                self.snapshots_sent += 1
                 tasks = await snapshot()
                 payload = {
                     "tasks": [event_task_json(self.with_live_progress(t)) for t in tasks],
