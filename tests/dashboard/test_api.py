@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from asyncagents.service.api import STATIC_DIR, UNAUTHORIZED, DashboardApi
-from asyncagents.tasks import Task, TaskManager
+from asyncagents.tasks import InProcessBackend, StoreError, Task, TaskManager
 from dash_support import TOKEN, Script, wait_for
 from starlette.applications import Starlette
 from starlette.routing import Route
@@ -409,3 +411,33 @@ async def test_a_running_task_shows_the_progress_its_manager_reported(
     assert (await stored(manager, running.id)).progress.last_tool is None  # not stored yet
     listed = (await client.get("/v1/tasks?status=running")).json()["tasks"]
     assert listed[0]["progress"]["last_tool"] == "read"
+
+
+async def test_messages_of_a_deleted_child_session_are_404(
+    client: httpx.AsyncClient, backend: InProcessBackend, four: list[Task]
+) -> None:
+    done = four[0]
+    assert done.session_id is not None
+    await backend.delete_session(done.session_id)
+    response = await client.get(f"/v1/tasks/{done.id}/messages")
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": "not_found",
+        "detail": f"the child session {done.session_id} of task {done.id} no longer exists",
+    }
+
+
+async def test_a_failing_store_is_503(
+    client: httpx.AsyncClient, manager: TaskManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> list[Task]:
+        raise StoreError("tasks.sqlite3: disk I/O error")
+
+    monkeypatch.setattr(manager.store, "list_tasks", broken)
+    for path in ("/v1/tasks", "/v1/stats"):
+        response = await client.get(path)
+        assert response.status_code == 503, path
+        assert response.json() == {
+            "error": "store_unavailable",
+            "detail": "tasks.sqlite3: disk I/O error",
+        }

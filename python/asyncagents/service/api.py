@@ -4,7 +4,7 @@ Every ``/v1`` route here needs the service's bearer token in ``Authorization``; 
 ``/`` and its files under ``/static`` are public (they hold no data and ask for the token).
 Errors are JSON ``{"error": code, "detail": text}``: 400 names the bad query parameter, 401 a
 missing or wrong token, 404 an unknown task, 409 a cancel of a task that has ended, 502 a
-session server that failed, 503 a full event stream.
+session server that failed, 503 a full event stream or a store that failed.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from starlette.staticfiles import StaticFiles
 
 from ..tasks import conversation
 from ..tasks.backend import JSON
-from ..tasks.errors import BackendError, TaskNotFoundError, TaskNotRunningError, TaskRequestError
+from ..tasks.errors import (
+    BackendError,
+    SessionNotFoundError,
+    StoreError,
+    TaskNotFoundError,
+    TaskNotRunningError,
+    TaskRequestError,
+)
 from ..tasks.manager import TaskManager
 from ..tasks.models import Task, TaskStatus
 from .api_schema import OPENAPI
@@ -380,6 +387,8 @@ class DashboardApi:
                 return await endpoint(request)
             except ApiError as exc:
                 return exc.response()
+            except StoreError as exc:
+                return ApiError(503, "store_unavailable", str(exc)).response()
 
         guarded.__name__ = endpoint.__name__
         guarded.__doc__ = endpoint.__doc__
@@ -458,6 +467,12 @@ class DashboardApi:
         if task.session_id is not None:
             try:
                 messages = await self.manager.backend.messages(task.session_id)
+            except SessionNotFoundError:
+                raise ApiError(
+                    404,
+                    "not_found",
+                    f"the child session {task.session_id} of task {task.id} no longer exists",
+                ) from None
             except BackendError as exc:
                 raise ApiError(502, "backend_error", f"reading the conversation: {exc}") from exc
         chosen = select_messages(

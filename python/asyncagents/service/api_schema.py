@@ -42,7 +42,8 @@ def _ok(description: str, ref: str | None = None, schema: JSON | None = None) ->
 
 _AUTH = {"401": _error("Missing or wrong bearer token.")}
 _BAD = {"400": _error("A bad query parameter (named in `detail`).")}
-_MISSING = {"404": _error("No such task.")}
+_MISSING = {"404": _error("No such task (or, for messages, its child session is gone).")}
+_STORE = {"503": _error("The task store failed.")}
 
 _task_schema = Task.model_json_schema(ref_template="#/components/schemas/{model}")
 _defs = _task_schema.pop("$defs", {})
@@ -94,6 +95,7 @@ OPENAPI: JSON = {
                     "200": _ok("A page of tasks.", "TaskPage"),
                     **_BAD,
                     **_AUTH,
+                    **_STORE,
                 },
             }
         },
@@ -101,7 +103,7 @@ OPENAPI: JSON = {
             "get": {
                 "summary": "One task with its progress and fork stats.",
                 "parameters": [_TASK_ID],
-                "responses": {"200": _ok("The task.", "Task"), **_AUTH, **_MISSING},
+                "responses": {"200": _ok("The task.", "Task"), **_AUTH, **_MISSING, **_STORE},
             }
         },
         "/v1/tasks/{task_id}/messages": {
@@ -127,6 +129,7 @@ OPENAPI: JSON = {
                     **_AUTH,
                     **_MISSING,
                     "502": _error("The session server failed."),
+                    **_STORE,
                 },
             }
         },
@@ -139,6 +142,7 @@ OPENAPI: JSON = {
                     **_AUTH,
                     **_MISSING,
                     "409": _error("The task has already ended."),
+                    **_STORE,
                 },
             }
         },
@@ -146,7 +150,7 @@ OPENAPI: JSON = {
             "get": {
                 "summary": "Counts by status and agent, tool calls by name, turn durations.",
                 "parameters": [_query("parent", "Only tasks of this parent session id.")],
-                "responses": {"200": _ok("The statistics.", "Stats"), **_BAD, **_AUTH},
+                "responses": {"200": _ok("The statistics.", "Stats"), **_BAD, **_AUTH, **_STORE},
             }
         },
         "/v1/events": {
@@ -173,7 +177,7 @@ OPENAPI: JSON = {
                         "content": {"text/event-stream": {"schema": {"type": "string"}}},
                     },
                     **_AUTH,
-                    "503": _error("Too many subscribers."),
+                    "503": _error("Too many subscribers, or the service is stopping."),
                 },
             }
         },
