@@ -322,3 +322,33 @@ async def test_snapshots_and_store_changes_keep_the_reported_progress(source: Fa
     source.emit("task.completed", ended)
     assert hub.with_live_progress(ended).progress.tool_calls == 0
     assert hub.with_live_progress(stored).progress.tool_calls == 0
+
+
+async def test_a_client_gone_before_the_first_byte_frees_its_slot(manager: TaskManager) -> None:
+    api = DashboardApi(manager, token=TOKEN, poll_interval=None)
+    app = Starlette(routes=api.routes)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/v1/events",
+        "raw_path": b"/v1/events",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        raise OSError("the client has gone")
+
+    with pytest.raises(Exception):  # noqa: B017 (Starlette's ClientDisconnect or the OSError)
+        await app(scope, receive, send)
+    assert api.hub.subscriber_count == 0
+    api.close()

@@ -18,7 +18,7 @@ import logging
 import math
 import statistics
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from ..tasks import conversation
 from ..tasks.backend import JSON
@@ -42,7 +43,7 @@ from ..tasks.manager import TaskManager
 from ..tasks.models import Task, TaskStatus
 from .api_schema import OPENAPI
 from .auth import token_matches
-from .event_stream import EventHub, TooManySubscribersError, task_json
+from .event_stream import EventHub, Subscription, TooManySubscribersError, task_json
 
 STATIC_DIR = Path(__file__).with_name("static")
 
@@ -318,6 +319,26 @@ def count_tools(messages: list[JSON]) -> Counter[str]:
     return counts
 
 
+class EventStreamResponse(StreamingResponse):
+    """The SSE response of one subscription; its slot is freed however the response ends
+    (also when the client leaves before the first byte, when the stream never starts)."""
+
+    def __init__(self, hub: EventHub, sub: Subscription, body: AsyncIterator[bytes]) -> None:
+        super().__init__(
+            body,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._hub = hub
+        self._sub = sub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._hub.unsubscribe(self._sub)
+
+
 # -- the routes -------------------------------------------------------------------------------
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -571,10 +592,8 @@ class DashboardApi:
             sub = self.hub.subscribe(request.headers.get("last-event-id"))
         except TooManySubscribersError as exc:
             raise ApiError(503, "too_many_subscribers", str(exc)) from None
-        return StreamingResponse(
-            self.hub.stream(sub, self._all_tasks, self.closing),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        return EventStreamResponse(
+            self.hub, sub, self.hub.stream(sub, self._all_tasks, self.closing)
         )
 
     async def _reconcile(self, *, seed: bool = False) -> None:
