@@ -9,11 +9,13 @@ directly: every task is started by the model calling a plugin tool.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -117,7 +119,7 @@ async def test_opencode_offers_the_five_tools_with_types_and_optionality(
 
 
 async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
-    service: ServiceProcess, oc: OpenCodeBackend
+    service: ServiceProcess, oc: OpenCodeBackend, fake_model: FakeModel
 ) -> None:
     parent = await new_parent(oc)
     await say_to(oc, parent, "The secret word is heliotrope. Remember it.")
@@ -155,6 +157,24 @@ async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
         read == f"Task {task_id} (forked) [completed] build: forked look\n\nResult:\ncontext-seen"
     )
     assert [t for _, t in await notices_of(oc, parent)] == [task_id]
+    # the parent's model was offered the plugin's tools, the child's was not (tools: false)
+    child_prompt = "[fake:context] what do you know?"
+    offered = [
+        {t["function"]["name"] for t in r.get("tools") or ()}
+        for r in list(fake_model.requests)
+        if _last_user(r).startswith(child_prompt) or WAKE_TAG in _last_user(r)
+    ]
+    as_child = [names for names in offered if "bash" in names and "asyncagents_task" not in names]
+    as_parent = [names for names in offered if "asyncagents_task" in names]
+    assert as_child and as_parent, offered
+
+
+def _last_user(request: dict[str, Any]) -> str:
+    users = [m for m in request.get("messages") or () if m.get("role") == "user"]
+    content = users[-1].get("content") if users else ""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content)
 
 
 async def test_list_cancel_and_clear_through_the_plugin(
@@ -186,6 +206,14 @@ async def test_list_cancel_and_clear_through_the_plugin(
         f"Task {task_id} [cancelled] build: slow one\n\nThe task was cancelled: cancelled by the "
         "parent"
     )
+    await say_to(
+        oc, parent, call("asyncagents_output", {"task_id": task_id, "full_session": "TRUE"})
+    )
+    full = (await tool_outputs(oc, parent, "asyncagents_output"))[-1]
+    head, conversation = full.split("\n\nConversation (", 1)
+    assert head.startswith(f"Task {task_id} [cancelled] build: slow one")
+    assert re.search(r"^\[msg_\w+\] user\n\[fake:slow\] take your time$", conversation, re.M)
+    assert "[error] MessageAbortedError" in conversation
     await say_to(oc, parent, call("asyncagents_clear", {}))
     assert (await tool_outputs(oc, parent, "asyncagents_clear"))[-1] == (
         "Cleared 1 background task(s); 0 running one(s) aborted."

@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from asyncagents.tasks import (
+    BackendError,
     BackendUnavailableError,
     InMemoryTaskStore,
     InProcessBackend,
     SQLiteTaskStore,
+    StoreError,
     TaskManager,
     TaskManagerConfig,
     TaskStatus,
@@ -296,3 +299,156 @@ async def _call(tmp_path: Path, name: str, arguments: Any, session: str) -> str:
         text = await run_tool(manager, session, name, arguments)
     store.close()
     return text
+
+
+# --- hypothesis: whatever the backend and the store do -----------------------------------------
+
+_FAILURES: list[Callable[[], BaseException]] = [
+    lambda: StoreError("tasks.sqlite3: disk I/O error"),
+    lambda: BackendError("HTTP 500 from OpenCode", 500),
+    lambda: BackendUnavailableError("OpenCode at http://127.0.0.1:1 is unreachable"),
+    lambda: RuntimeError("boom"),
+    lambda: KeyError("id"),
+    lambda: OSError("disk full"),
+    lambda: ValueError("\ud800 bad"),
+]
+_STORE_CALLS = ["insert", "get", "ids_with_prefix", "update", "list_tasks", "delete_parent"]
+_BACKEND_CALLS = ["create_session", "get_session", "messages", "abort", "prompt_async", "status"]
+
+
+class _FaultyStore(InMemoryTaskStore):
+    """Fails the calls named in `failing` with `error()` once `armed`."""
+
+    def __init__(self, failing: set[str], error: Callable[[], BaseException]) -> None:
+        super().__init__()
+        self.failing, self.error, self.armed = failing, error, False
+
+    def _check(self, name: str) -> None:
+        if self.armed and name in self.failing:
+            raise self.error()
+
+    async def insert(self, task: Any) -> None:
+        self._check("insert")
+        await super().insert(task)
+
+    async def get(self, task_id: str) -> Any:
+        self._check("get")
+        return await super().get(task_id)
+
+    async def ids_with_prefix(self, *args: Any, **kwargs: Any) -> Any:
+        self._check("ids_with_prefix")
+        return await super().ids_with_prefix(*args, **kwargs)
+
+    async def update(self, *args: Any, **kwargs: Any) -> Any:
+        self._check("update")
+        return await super().update(*args, **kwargs)
+
+    async def list_tasks(self, *args: Any, **kwargs: Any) -> Any:
+        self._check("list_tasks")
+        return await super().list_tasks(*args, **kwargs)
+
+    async def delete_parent(self, *args: Any, **kwargs: Any) -> Any:
+        self._check("delete_parent")
+        return await super().delete_parent(*args, **kwargs)
+
+
+class _FaultyBackend(InProcessBackend):
+    """Fails the calls named in `failing` with `error()` once `armed`."""
+
+    def __init__(self, failing: set[str], error: Callable[[], BaseException]) -> None:
+        super().__init__(Responder())
+        self.failing, self.error, self.armed = failing, error, False
+
+    def _check(self, name: str) -> None:
+        if self.armed and name in self.failing:
+            raise self.error()
+
+    async def create_session(self, **kwargs: Any) -> dict[str, Any]:
+        self._check("create_session")
+        return await super().create_session(**kwargs)
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        self._check("get_session")
+        return await super().get_session(session_id)
+
+    async def messages(self, session_id: str, *, limit: int | None = None) -> Any:
+        self._check("messages")
+        return await super().messages(session_id, limit=limit)
+
+    async def abort(self, session_id: str) -> bool:
+        self._check("abort")
+        return await super().abort(session_id)
+
+    async def prompt_async(self, session_id: str, request: Any) -> None:
+        self._check("prompt_async")
+        await super().prompt_async(session_id, request)
+
+    async def status(self) -> Any:
+        self._check("status")
+        return await super().status()
+
+
+_CALLS = st.sampled_from(
+    [
+        ("asyncagents_task", {"prompt": "[hold] go", "agent": "build"}),
+        ("asyncagents_task", {"prompt": "go", "agent": "build", "fork": True}),
+        ("asyncagents_task", {"prompt": "more", "resume": "@done"}),
+        ("asyncagents_output", {"task_id": "@done", "full_session": True}),
+        ("asyncagents_output", {"task_id": "@held", "block": True, "timeout": 0.05}),
+        ("asyncagents_output", {"task_id": "@done", "message_limit": 1}),
+        ("asyncagents_list", {}),
+        ("asyncagents_cancel", {"task_id": "@held"}),
+        ("asyncagents_clear", {}),
+    ]
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    call=_CALLS,
+    store_failing=st.sets(st.sampled_from(_STORE_CALLS)),
+    backend_failing=st.sets(st.sampled_from(_BACKEND_CALLS)),
+    error=st.sampled_from(_FAILURES),
+)
+def test_run_tool_answers_a_text_whatever_fails(
+    call: tuple[str, dict[str, Any]],
+    store_failing: set[str],
+    backend_failing: set[str],
+    error: Callable[[], BaseException],
+) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        text = loop.run_until_complete(_faulty_call(call, store_failing, backend_failing, error))
+    finally:
+        loop.close()
+    assert isinstance(text, str) and text
+    text.encode("utf-8")
+
+
+async def _faulty_call(
+    call: tuple[str, dict[str, Any]],
+    store_failing: set[str],
+    backend_failing: set[str],
+    error: Callable[[], BaseException],
+) -> str:
+    backend = _FaultyBackend(backend_failing, error)
+    store = _FaultyStore(store_failing, error)
+    manager = TaskManager(backend, store, QUICK)
+    try:
+        await manager.start()
+        parent = str((await backend.create_session(title="p"))["id"])
+        done = await manager.task(parent, "finished", agent="build", description="done")
+        await manager.output(done.id, block=True, timeout=5)
+        held = await manager.task(parent, "[hold] held", agent="build", description="held")
+        ids = {"@done": done.id, "@held": held.id}
+        name, arguments = call
+        arguments = {k: ids.get(v, v) if isinstance(v, str) else v for k, v in arguments.items()}
+        backend.armed = store.armed = True
+        return await asyncio.wait_for(run_tool(manager, parent, name, arguments), 30)
+    finally:
+        backend.armed = store.armed = False
+        await manager.aclose()

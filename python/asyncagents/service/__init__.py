@@ -2,15 +2,19 @@
 
 from .app import HEALTH_PATH, begin_drain, create_app
 from .auth import TokenFileError, default_token_path, load_or_create_token, state_dir
+from .server import ServeOptions, build_manager, serve
 from .state import ServiceState
 
 __all__ = [
     "HEALTH_PATH",
+    "ServeOptions",
     "ServiceState",
     "TokenFileError",
     "begin_drain",
+    "build_manager",
     "create_app",
     "default_token_path",
     "load_or_create_token",
+    "serve",
     "state_dir",
 ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
 import threading
@@ -31,8 +30,6 @@ from ..tasks import (
 )
 from ..tasks.config import WakeMode
 from .app import begin_drain, create_app
-
-log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4097
