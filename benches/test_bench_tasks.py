@@ -6,12 +6,20 @@ on a real ``opencode serve`` answered by the fake model of tests/e2e (the cost a
   parent's messages were read, the fork pipeline ran, on the Rust engine or, as the reference,
   on the pure-Python one, and the context was injected);
 - completions handled per second: N tasks launched together, timed until every one is
-  completed and its notice delivered to its parent.
+  completed and its notice delivered to its parent;
+- the same with 1 and 4 worker processes (tests/multiprocess/task_worker.py) sharing one
+  SQLite file or one PostgreSQL database, against the fake OpenCode server in its own process
+  (``completions_per_second`` in extra_info);
+- takeover latency: from a kill -9 of a worker until another has finished all its tasks
+  (lease 2 s: the lease time is most of it);
+- memory per 1,000 active tasks (manager, store and in-process backend, by tracemalloc;
+  ``bytes_per_1000_tasks`` in extra_info).
 
 In-process, the parent is a generated OpenCode session (``benches/generate.py``, ~10 MB of JSON)
 and replies are instant. On OpenCode the parent is made of ~5 KB ``noReply`` prompts (OpenCode
 has no bulk import over HTTP). ``ASYNCAGENTS_BENCH_SMOKE=1`` uses a 200-message parent and 20
-(OpenCode: 10) concurrent tasks. ``python benches/report.py --tasks`` prints the tables.
+(OpenCode: 10) concurrent tasks, 40 tasks for the worker processes and 100 for memory.
+``python benches/report.py --tasks`` prints the tables.
 """
 
 from __future__ import annotations
@@ -42,8 +50,12 @@ from generate import session_objects
 # the e2e server launcher (tests/e2e) and the helpers it imports (tests/)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "multiprocess"))
 from e2e_support import running_server
 from fake_model import FakeModel
+from fake_opencode import FakeOpenCodeProcess
+from pg_server import PostgresServer, running_postgres
+from workers import Worker, all_ended, open_store
 
 SMOKE = os.environ.get("ASYNCAGENTS_BENCH_SMOKE") == "1"
 PARENT_MESSAGES = 200 if SMOKE else 2_000
@@ -246,3 +258,224 @@ def test_completions_per_second(
         assert await _all_ended(manager, [t.id for t in tasks])
 
     _rounds(benchmark, manager, timed, settle)
+
+
+# --- worker processes on a shared store ----------------------------------------------------------
+
+WORKER_TASKS = 40 if SMOKE else 1_000
+WORKER_ROUNDS = 1 if SMOKE else 3
+MEMORY_TASKS = 100 if SMOKE else 1_000
+TAKEOVER_LEASE = 2.0
+
+
+@pytest.fixture(scope="module")
+def fake_server_process() -> Iterator[FakeOpenCodeProcess]:
+    with FakeOpenCodeProcess(heartbeat=2.0) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def postgres_server() -> Iterator[PostgresServer]:
+    with running_postgres() as server:
+        yield server
+
+
+def _store_spec(kind: str, request: pytest.FixtureRequest, tmp: Path) -> str:
+    if kind == "sqlite":
+        return f"sqlite:{tmp / 'tasks.sqlite3'}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return f"postgres:{server.create_database()}"
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("processes", [1, 4])
+def test_worker_completions_per_second(
+    benchmark: Any,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_server_process: FakeOpenCodeProcess,
+    processes: int,
+    store_kind: str,
+) -> None:
+    """WORKER_TASKS tasks over `processes` workers on one store: from the go until every task
+    is completed and every notice delivered (each parent woken, wake="each")."""
+    benchmark.group = f"workers-completions-{store_kind}"
+    url = fake_server_process.url
+    state: dict[str, Any] = {}
+    loop = asyncio.new_event_loop()
+
+    async def parents(n: int) -> list[str]:
+        async with OpenCodeBackend(url) as backend:
+            return [str((await backend.create_session())["id"]) for _ in range(n)]
+
+    def setup() -> None:
+        for worker in state.get("workers", []):
+            worker.stop()
+        spec = _store_spec(store_kind, request, tmp_path_factory.mktemp("workers"))
+        joined = ",".join(loop.run_until_complete(parents(8)))
+        workers = [
+            Worker(
+                url,
+                spec,
+                f"bench-{w}",
+                wait_go=True,
+                parents=joined,
+                count=WORKER_TASKS // processes,
+                prompt=f"w{w} job {{i}}",
+            )
+            for w in range(processes)
+        ]
+        for worker in workers:
+            worker.wait_ready()
+        state.update(spec=spec, workers=workers)
+
+    async def finished(spec: str, ids: list[str]) -> None:
+        store = open_store(spec)
+        try:
+            await _until(lambda: all_ended(store, ids), timeout=600)
+            await _until(lambda: _no_notices(store), timeout=600)
+        finally:
+            await store.close()
+
+    durations: list[float] = []
+
+    def timed() -> None:
+        begin = time.perf_counter()
+        for worker in state["workers"]:
+            worker.go()
+        ids = [i for worker in state["workers"] for i in worker.wait_launched(600)]
+        loop.run_until_complete(finished(state["spec"], ids))
+        durations.append(time.perf_counter() - begin)
+
+    try:
+        benchmark.pedantic(timed, setup=setup, rounds=WORKER_ROUNDS, iterations=1)
+    finally:
+        for worker in state.get("workers", []):
+            worker.stop()
+        loop.close()
+    benchmark.extra_info.update(
+        {
+            "processes": processes,
+            "store": store_kind,
+            "tasks": WORKER_TASKS,
+            "completions_per_second": round(WORKER_TASKS * len(durations) / sum(durations), 1),
+        }
+    )
+
+
+async def _no_notices(store: Any) -> bool:
+    return not await store.notices()
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+def test_takeover_latency_after_kill(
+    benchmark: Any,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    store_kind: str,
+) -> None:
+    """A worker with 20 running tasks is killed (-9); timed until another worker has taken
+    them over and finished them all (the lease, TAKEOVER_LEASE s, is most of it)."""
+    benchmark.group = "takeover-latency"
+    state: dict[str, Any] = {}
+    loop = asyncio.new_event_loop()
+
+    def cleanup() -> None:
+        for worker in state.pop("workers", []):
+            worker.stop()
+        server = state.pop("server", None)
+        if server is not None:
+            server.stop()
+
+    def setup() -> None:
+        cleanup()
+        server = FakeOpenCodeProcess(heartbeat=2.0).start()  # its own: release() is for good
+        spec = _store_spec(store_kind, request, tmp_path_factory.mktemp("takeover"))
+
+        async def parent() -> str:
+            async with OpenCodeBackend(server.url) as backend:
+                return str((await backend.create_session())["id"])
+
+        heir = Worker(server.url, spec, "heir", lease_ttl=TAKEOVER_LEASE, poll=0.5)
+        victim = Worker(
+            server.url,
+            spec,
+            "victim",
+            lease_ttl=TAKEOVER_LEASE,
+            parents=loop.run_until_complete(parent()),
+            count=20,
+            prompt="[hold] {i}",
+        )
+        ids = victim.wait_launched()
+        store = open_store(spec)
+        loop.run_until_complete(_until(lambda: _all_started(store, ids), timeout=120))
+        state.update(server=server, workers=[heir, victim], ids=ids, store=store)
+
+    async def taken_over() -> None:
+        store = state["store"]
+        try:
+            await _until(lambda: all_ended(store, state["ids"]), timeout=120)
+        finally:
+            await store.close()
+
+    def timed() -> None:
+        state["workers"][1].kill()
+        state["server"].release()
+        loop.run_until_complete(taken_over())
+
+    try:
+        benchmark.pedantic(timed, setup=setup, rounds=1 if SMOKE else 5, iterations=1)
+    finally:
+        cleanup()
+        loop.close()
+    benchmark.extra_info.update({"lease_ttl": TAKEOVER_LEASE, "tasks": 20, "store": store_kind})
+
+
+async def _all_started(store: Any, ids: list[str]) -> bool:
+    tasks = {t.id: t for t in await store.list_tasks()}
+    return all(i in tasks and tasks[i].turn_started_at is not None for i in ids)
+
+
+async def _held(turn: InProcessTurn) -> str:
+    await asyncio.Event().wait()  # never answers: the task stays active
+    return ""
+
+
+def test_memory_per_1000_active_tasks(benchmark: Any) -> None:
+    """MEMORY_TASKS running tasks (in-process backend, in-memory store): the time to launch
+    them, and the memory they hold (tracemalloc), scaled to 1,000 tasks."""
+    import gc
+    import tracemalloc
+
+    benchmark.group = "memory"
+    measured: list[int] = []
+    loop = asyncio.new_event_loop()
+
+    async def launch_all() -> None:
+        backend = InProcessBackend(_held)
+        config = TaskManagerConfig(poll_interval=60.0, wake="never")
+        manager = TaskManager(backend, InMemoryTaskStore(), config)
+        await manager.start()
+        parent = str((await backend.create_session())["id"])
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        await asyncio.gather(
+            *(manager.task(parent, f"job {i}", "build", "held") for i in range(MEMORY_TASKS))
+        )
+        await _until(lambda: len(backend._running) == MEMORY_TASKS)
+        gc.collect()
+        measured.append(tracemalloc.get_traced_memory()[0] - before)
+        await manager.aclose()
+
+    tracemalloc.start()
+    try:
+        benchmark.pedantic(
+            lambda: loop.run_until_complete(launch_all()), rounds=ROUNDS, iterations=1
+        )
+    finally:
+        tracemalloc.stop()
+        loop.close()
+    per_task = min(measured) / MEMORY_TASKS
+    benchmark.extra_info.update(
+        {"tasks": MEMORY_TASKS, "bytes_per_1000_tasks": round(per_task * 1000)}
+    )

@@ -2,9 +2,11 @@
 
 ``python task_worker.py --url URL --store sqlite:PATH|postgres:DSN --instance-id ID
 [--backend-name NAME] [--lease-ttl S] [--wake MODE] [--parents P1,P2] [--count N]
-[--prompt TEXT-WITH-{i}]``: starts the manager, launches `count` tasks over the parents (round
-robin), prints one JSON line ``{"launched": [ids]}``, then works (follows tasks, takes over
-those of dead workers, delivers notices) until SIGTERM, when it closes gracefully.
+[--prompt TEXT-WITH-{i}] [--wait-go]``: starts the manager (with `--wait-go`, prints ``ready``
+and waits for a line on stdin, so that benchmarks time the work, not the start), launches
+`count` tasks over the parents (round robin), prints one JSON line ``{"launched": [ids]}``,
+then works (follows tasks, takes over those of dead workers, delivers notices) until SIGTERM,
+when it closes gracefully.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import asyncio
 import json
 import signal
+import sys
 
 from asyncagents.tasks import (
     OpenCodeBackend,
@@ -61,6 +64,9 @@ async def work(args: argparse.Namespace) -> None:
             )
             return task.id
 
+    if args.wait_go:
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
     launched = await asyncio.gather(*(launch(i) for i in range(args.count))) if parents else []
     print(json.dumps({"launched": launched}), flush=True)
     await stop.wait()
@@ -80,6 +86,9 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--prompt", default="job {i}")
     parser.add_argument("--agent", default="general")
+    parser.add_argument(
+        "--wait-go", action="store_true", help='print "ready", launch after a line on stdin'
+    )
     asyncio.run(work(parser.parse_args()))
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from asyncagents.tasks import OpenCodeBackend, TaskStatus, TaskStore
-from conftest import Worker, all_ended, notice_counts, open_store, tasks_by_id
 from fake_opencode import FakeOpenCodeProcess
 from polling import until
+from workers import Worker, all_ended, notice_counts, open_store, tasks_by_id
 
 WORKERS = 4
 TASKS = 500

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from asyncagents.tasks import OpenCodeBackend, TaskStatus, TaskStore
-from conftest import Worker, all_ended, notice_counts, open_store, tasks_by_id
 from polling import until
+from workers import Worker, all_ended, notice_counts, open_store, tasks_by_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from e2e_support import AGENT, OpenCodeServer, running_server
