@@ -141,13 +141,116 @@ async function call(name, input, context) {
   }
 }
 
-export const AsyncAgentsPlugin = async () => {
+// -- toasts: a TUI toast when a task of a session that used these tools ends -----------------
+// The plugin follows the service's event stream (GET /v1/events, the dashboard's), from the
+// first tool call on, and resumes it with Last-Event-ID after a drop. Only tasks of sessions
+// that called a tool through this OpenCode process are shown. Failures here never reach a tool.
+const TOAST_KINDS = {
+  "task.completed": ["success", "completed"],
+  "task.error": ["error", "failed"],
+  "task.cancelled": ["warning", "was cancelled"],
+}
+const TOAST_MAX_EVENT_BYTES = 8 * 1024 * 1024
+const toast = { client: null, sessions: new Set(), following: false, lastId: null }
+
+function watchTasksOf(sessionID) {
+  if (!toast.client?.tui?.showToast || typeof sessionID !== "string") return
+  toast.sessions.add(sessionID)
+  if (toast.following) return
+  toast.following = true
+  followTasks().catch(() => {})
+}
+
+async function showTaskToast(kind, task) {
+  const [variant, verb] = TOAST_KINDS[kind]
+  const what = task.description || task.id
+  await toast.client.tui.showToast({
+    body: {
+      title: "asyncagents",
+      message: `Background task "${what}" ${verb} (${task.id}).`,
+      variant,
+      duration: 6000,
+    },
+  })
+}
+
+function onTaskEvent(kind, data) {
+  if (!(kind in TOAST_KINDS)) return
+  const task = JSON.parse(data)
+  if (!toast.sessions.has(task.parent_session_id)) return
+  showTaskToast(kind, task).catch(() => {})
+}
+
+/** Read one connection of the stream; a silent one (no heartbeat for 60 s) is dropped. */
+async function readTaskEvents(response, controller) {
+  const reader = response.body.getReader()
+  const decoder = new TextDecoder()
+  let buffer = ""
+  let silence = setTimeout(() => controller.abort(), 60000)
+  try {
+    for (;;) {
+      const { done, value } = await reader.read()
+      if (done) return
+      clearTimeout(silence)
+      silence = setTimeout(() => controller.abort(), 60000)
+      buffer += decoder.decode(value, { stream: true })
+      if (buffer.length > TOAST_MAX_EVENT_BYTES) throw new Error("event too large")
+      let cut
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut)
+        buffer = buffer.slice(cut + 2)
+        let id = null
+        let kind = ""
+        let data = ""
+        for (const line of block.split("\n")) {
+          if (line.startsWith("id: ")) id = line.slice(4)
+          else if (line.startsWith("event: ")) kind = line.slice(7)
+          else if (line.startsWith("data: ")) data += line.slice(6)
+        }
+        if (data) onTaskEvent(kind, data)
+        if (id !== null) toast.lastId = id
+      }
+    }
+  } finally {
+    clearTimeout(silence)
+  }
+}
+
+async function followTasks() {
+  let retryMs = 1000
+  for (;;) {
+    const controller = new AbortController()
+    try {
+      const headers = { authorization: `Bearer ${await readToken()}`, accept: "text/event-stream" }
+      if (toast.lastId !== null) headers["last-event-id"] = toast.lastId
+      const response = await fetch(`${CONFIG.serviceUrl}/v1/events`, {
+        headers,
+        signal: controller.signal,
+      })
+      if (response.ok && response.body) {
+        retryMs = 1000
+        await readTaskEvents(response, controller)
+      }
+    } catch {
+      // the service is down or restarting: try again later
+    }
+    controller.abort()
+    await new Promise((resolve) => setTimeout(resolve, retryMs))
+    retryMs = Math.min(retryMs * 2, 30000)
+  }
+}
+
+export const AsyncAgentsPlugin = async (plugin) => {
+  toast.client = plugin?.client ?? null
   const tools = {}
   for (const definition of CONFIG.tools) {
     tools[definition.name] = tool({
       description: definition.description,
       args: args(definition.parameters),
-      execute: (input, context) => call(definition.name, input, context),
+      execute: (input, context) => {
+        watchTasksOf(context?.sessionID)
+        return call(definition.name, input, context)
+      },
     })
   }
   return { tool: tools }

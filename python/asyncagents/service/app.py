@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .api import DashboardApi
 from .auth import BearerAuth
 from .errors import http_exception, internal_error
 from .limits import MAX_BODY_BYTES, BodyLimit
@@ -55,6 +56,8 @@ def create_app(
     `app.state.service` is the `ServiceState` (see `begin_drain`).
     """
     state = ServiceState(manager)
+    dashboard = DashboardApi(manager, token=token, closing=state.draining)  # api.py: task API
+    extra_routes = [*dashboard.routes, *extra_routes]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -73,8 +76,8 @@ def create_app(
             Middleware(
                 BearerAuth,
                 token=token,
-                public_paths={HEALTH_PATH, *public_paths},
-                public_prefixes=tuple(public_prefixes),
+                public_paths={HEALTH_PATH, *public_paths, *dashboard.public_paths},
+                public_prefixes=(*public_prefixes, *dashboard.public_prefixes),
             ),
             Middleware(BodyLimit, max_bytes=max_body_bytes),
         ],
@@ -82,6 +85,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = state
+    app.state.dashboard = dashboard
     return app
 
 

@@ -1,0 +1,357 @@
+"""The live event stream of task changes (``GET /v1/events``, Server-Sent Events).
+
+`EventHub` turns the manager's `TaskChange` callbacks into numbered events: it keeps the most
+recent ones in a ring buffer and hands each to every subscriber's bounded queue. Publishing never
+waits: a subscriber whose queue is full is dropped (its stream ends; the client reconnects with
+``Last-Event-ID`` and resumes from the ring). A new subscriber, or one whose ``Last-Event-ID`` is
+no longer in the ring (or unknown: another boot of the service), gets a ``snapshot`` of every task
+first. Event ids are integers that only increase, also across restarts (they start at the boot
+time in microseconds), so a client never mistakes an old id for a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..tasks.models import Task, TaskProgress, TaskStatus
+
+#: the kinds a manager reports (`TaskChange.kind`); each becomes an event of that name
+CHANGE_KINDS: tuple[str, ...] = (
+    "task.created",
+    "task.updated",
+    "task.completed",
+    "task.error",
+    "task.cancelled",
+    "task.resumed",
+    "task.cleared",
+)
+SNAPSHOT = "snapshot"
+
+
+class TaskChangeLike(Protocol):
+    """What the hub reads from a manager's `TaskChange`."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def task(self) -> Task: ...
+
+
+ChangeListener = Callable[[TaskChangeLike], None]
+
+
+class ChangeSource(Protocol):
+    """A manager that reports every stored change of a task (``add_listener``)."""
+
+    def add_listener(self, callback: ChangeListener) -> None: ...
+
+    def remove_listener(self, callback: ChangeListener) -> None: ...
+
+
+_END_KINDS = {
+    TaskStatus.COMPLETED: "task.completed",
+    TaskStatus.ERROR: "task.error",
+    TaskStatus.CANCELLED: "task.cancelled",
+    TaskStatus.RESUMED: "task.resumed",
+}
+
+
+def inferred_kind(before: TaskStatus | None, task: Task) -> str:
+    """The event a stored change shows, from the status before it (None: a new task)."""
+    if before is None and task.status is TaskStatus.RUNNING:
+        return "task.created"
+    if before is task.status:
+        return "task.updated"
+    return _END_KINDS.get(task.status, "task.updated")
+
+
+class TooManySubscribersError(Exception):
+    """The hub already serves `max_subscribers` streams (the route answers 503)."""
+
+
+#: the longest prompt, result or error an event carries (``GET /v1/tasks/{id}`` has it all)
+EVENT_TEXT_CHARS = 4000
+_LONG_FIELDS = ("prompt", "last_prompt", "result", "error")
+
+
+def task_json(task: Task) -> dict[str, Any]:
+    """A task as the API and the events show it: the stored fields plus its marked label."""
+    out = task.model_dump(mode="json")
+    out["label"] = task.label
+    return out
+
+
+def event_task_json(task: Task) -> dict[str, Any]:
+    """`task_json` with long texts cut to `EVENT_TEXT_CHARS` (named in ``truncated``), so a
+    snapshot of many tasks, sent to every subscriber, stays small."""
+    out = task_json(task)
+    cut: list[str] = []
+    for name in _LONG_FIELDS:
+        value = out.get(name)
+        if isinstance(value, str) and len(value) > EVENT_TEXT_CHARS:
+            out[name] = value[:EVENT_TEXT_CHARS]
+            cut.append(name)
+    out["truncated"] = cut
+    return out
+
+
+@dataclass(frozen=True)
+class HubEvent:
+    """One numbered event; `data` is its JSON text (encoded once, sent to every subscriber)."""
+
+    id: int
+    kind: str
+    data: str
+
+    def encode(self) -> bytes:
+        """The event as SSE lines (``data`` is JSON on one line)."""
+        return f"id: {self.id}\nevent: {self.kind}\ndata: {self.data}\n\n".encode()
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One client's stream: its bounded queue and whether the hub dropped it."""
+
+    queue: asyncio.Queue[HubEvent]
+    #: the last event id the client has (events after it come from the queue)
+    after: int
+    #: events to send before the queue (a resume from the ring)
+    backlog: list[HubEvent]
+    #: True when the client needs a snapshot first (new, or its id is unknown or too old)
+    needs_snapshot: bool
+    dropped: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class EventHub:
+    """Numbered task events for many SSE subscribers; see the module docstring.
+
+    `ring_size` recent events are kept for resumes; each subscriber buffers at most
+    `buffer_size` events; at most `max_subscribers` streams at once; a comment line goes out
+    every `heartbeat` seconds of silence.
+    """
+
+    def __init__(
+        self,
+        *,
+        ring_size: int = 4096,
+        buffer_size: int = 1024,
+        max_subscribers: int = 100,
+        heartbeat: float = 15.0,
+        first_id: int | None = None,
+    ) -> None:
+        if ring_size < 1 or buffer_size < 1 or max_subscribers < 1 or heartbeat <= 0:
+            raise ValueError("ring_size, buffer_size, max_subscribers and heartbeat must be > 0")
+        self.ring_size = ring_size
+        self.buffer_size = buffer_size
+        self.max_subscribers = max_subscribers
+        self.heartbeat = heartbeat
+        #: the id of the last event published (the first event gets `first_id` + 1)
+        self.last_id = time.time_ns() // 1000 if first_id is None else first_id
+        self._ring: deque[HubEvent] = deque(maxlen=ring_size)
+        self._subscribers: set[Subscription] = set()
+        self._sources: list[ChangeSource] = []
+        #: task id -> (updated_at, status) of the last event published for it
+        self._seen: dict[str, tuple[int, TaskStatus]] = {}
+        #: task id -> the progress last reported for its running turn
+        self._progress: dict[str, TaskProgress] = {}
+        #: how many subscribers were dropped for being too slow
+        self.dropped_count = 0
+        #: how many snapshots were sent (a resumed stream gets none)
+        self.snapshots_sent = 0
+
+    # -- the manager side ---------------------------------------------------------------------
+
+    def attach(self, source: ChangeSource) -> None:
+        """Listen to a manager's task changes."""
+        source.add_listener(self.on_change)
+        self._sources.append(source)
+
+    def drop_all(self) -> None:
+        """End every open stream (its client reconnects and resumes with Last-Event-ID)."""
+        for sub in list(self._subscribers):
+            self._drop(sub)
+
+    def detach(self) -> None:
+        """Stop listening, and end every open stream."""
+        for source in self._sources:
+            source.remove_listener(self.on_change)
+        self._sources.clear()
+        self.drop_all()
+
+    def on_change(self, change: TaskChangeLike) -> None:
+        """The listener: publish one change (called on the loop; never blocks)."""
+        task = change.task
+        if change.kind == "task.cleared":
+            self._seen.pop(task.id, None)
+        else:
+            self._seen[task.id] = (task.updated_at, task.status)
+        if task.status.active and change.kind != "task.cleared":
+            self._progress[task.id] = task.progress
+        else:
+            self._progress.pop(task.id, None)
+        self.publish(change.kind, event_task_json(task))
+
+    def with_live_progress(self, task: Task) -> Task:
+        """`task` with the progress its manager last reported while it runs: the manager
+        reports a run's tool calls as they happen but stores them when the turn ends."""
+        progress = self._progress.get(task.id)
+        if progress is None or not task.status.active:
+            return task
+        return task.model_copy(update={"progress": progress})
+
+    def reconcile(self, tasks: Sequence[Task], *, seed: bool = False) -> int:
+        """Publish the changes in `tasks` (every stored task) that no listener reported: tasks
+        changed by another process sharing the store, or by a manager without listeners.
+
+        A task the hub has not seen is ``task.created`` (or its end, if it has ended); a new
+        status gives its event; a newer ``updated_at`` alone is ``task.updated``; a task gone
+        is ``task.cleared``. With `seed`, only remember them (the snapshot shows them).
+        Returns how many events were published.
+        """
+        published = 0
+        present = set()
+        for task in tasks:
+            present.add(task.id)
+            seen = self._seen.get(task.id)
+            if seen is not None and seen[0] >= task.updated_at and seen[1] is task.status:
+                continue
+            self._seen[task.id] = (task.updated_at, task.status)
+            if not task.status.active:
+                self._progress.pop(task.id, None)
+            if not seed:
+                kind = inferred_kind(None if seen is None else seen[1], task)
+                self.publish(kind, event_task_json(self.with_live_progress(task)))
+                published += 1
+        for task_id in [t for t in self._seen if t not in present]:
+            del self._seen[task_id]
+            self._progress.pop(task_id, None)
+            if not seed:
+                self.publish("task.cleared", {"id": task_id, "truncated": []})
+                published += 1
+        return published
+
+    def publish(self, kind: str, payload: dict[str, Any]) -> HubEvent:
+        """Number an event, keep it in the ring, queue it for every subscriber."""
+        self.last_id += 1
+        event = HubEvent(self.last_id, kind, json.dumps(payload, separators=(",", ":")))
+        self._ring.append(event)
+        for sub in list(self._subscribers):
+            try:
+                sub.queue.put_nowait(event)
+            except asyncio.QueueFull:
+                self.dropped_count += 1
+                self._drop(sub)
+        return event
+
+    # -- the client side ----------------------------------------------------------------------
+
+    @property
+    def subscriber_count(self) -> int:
+        """Open streams now."""
+        return len(self._subscribers)
+
+    def subscribe(self, last_event_id: str | None = None) -> Subscription:
+        """Open a stream; resume after `last_event_id` when the ring still holds what follows.
+
+        Raises `TooManySubscribersError` at the limit.
+        """
+        if len(self._subscribers) >= self.max_subscribers:
+            raise TooManySubscribersError(
+                f"the event stream already has {self.max_subscribers} subscribers"
+            )
+        backlog = self._backlog_after(last_event_id)
+        sub = Subscription(
+            queue=asyncio.Queue(self.buffer_size),
+            after=self.last_id,
+            backlog=backlog or [],
+            needs_snapshot=backlog is None,
+        )
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Close a stream (the client left)."""
+        self._subscribers.discard(sub)
+
+    def _drop(self, sub: Subscription) -> None:
+        self._subscribers.discard(sub)
+        sub.dropped.set()
+
+    def _backlog_after(self, last_event_id: str | None) -> list[HubEvent] | None:
+        """The ring's events after `last_event_id`, or None when a snapshot is needed."""
+        if last_event_id is None or not last_event_id.strip().isdigit():
+            return None
+        after = int(last_event_id.strip())
+        if after > self.last_id:
+            return None  # an id from a later boot than ours? not ours: start afresh
+        if after == self.last_id:
+            return []
+        if not self._ring or self._ring[0].id > after + 1:
+            return None  # the events right after it have left the ring
+        return [e for e in self._ring if e.id > after]
+
+    async def stream(
+        self,
+        sub: Subscription,
+        snapshot: Callable[[], Awaitable[Sequence[Task]]],
+        closing: asyncio.Event | None = None,
+    ) -> AsyncIterator[bytes]:
+        """The SSE bytes of one subscription: snapshot or backlog, then live events and
+        heartbeats, until the client leaves, the hub drops it or `closing` is set (the
+        service stops: an open stream must not hold its shutdown)."""
+        closing = closing or asyncio.Event()
+        try:
+            yield f"retry: {int(self.heartbeat * 1000)}\n\n".encode()
+            if sub.needs_snapshot:
+                self.snapshots_sent += 1
+                tasks = await snapshot()
+                payload = {
+                    "tasks": [event_task_json(self.with_live_progress(t)) for t in tasks],
+                    "heartbeat_ms": int(self.heartbeat * 1000),
+                    "now_ms": time.time_ns() // 1_000_000,
+                }
+                # numbered as the last event before the subscription: events queued since
+                # follow it; a task they change may already show the change (idempotent)
+                yield HubEvent(sub.after, SNAPSHOT, json.dumps(payload)).encode()
+            for event in sub.backlog:
+                yield event.encode()
+            sub.backlog = []
+            while not (sub.dropped.is_set() or closing.is_set()):
+                try:
+                    event = sub.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    pass
+                else:
+                    yield event.encode()
+                    continue
+                getter = asyncio.ensure_future(sub.queue.get())
+                ended = (
+                    asyncio.ensure_future(sub.dropped.wait()),
+                    asyncio.ensure_future(closing.wait()),
+                )
+                try:
+                    done, _ = await asyncio.wait(
+                        {getter, *ended},
+                        timeout=self.heartbeat,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    for waiter in ended:
+                        waiter.cancel()
+                    if not getter.done():
+                        getter.cancel()  # a cancelled get leaves its item in the queue
+                if getter in done:
+                    yield getter.result().encode()
+                    continue
+                if not done:
+                    yield b": heartbeat\n\n"
+            # dropped (too slow), or closed: the client reconnects with Last-Event-ID
+        finally:
+            self.unsubscribe(sub)

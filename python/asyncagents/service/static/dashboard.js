@@ -1,0 +1,558 @@
+// The asyncagents dashboard: tasks as a tree under their parent sessions, live from /v1/events.
+//
+// The token is asked once and kept in sessionStorage (this tab only). Every request sends it
+// as `Authorization: Bearer`, the event stream too: it is read with fetch() streaming rather
+// than EventSource (which cannot send headers), so the token never appears in a URL or a log.
+// Reconnects resend `Last-Event-ID`, so the stream resumes without gaps or duplicates.
+"use strict";
+
+const TOKEN_KEY = "asyncagents.token";
+const STATUSES = ["running", "resumed", "completed", "error", "cancelled"];
+const ACTIVE = new Set(["running", "resumed"]);
+
+const state = {
+  tasks: new Map(), // id -> task JSON
+  lastEventId: null,
+  clockOffset: 0, // server ms - browser ms
+  heartbeatMs: 15000,
+  controller: null,
+  retryMs: 1000,
+  lastContact: null,
+  detailId: null,
+  detailStatus: null,
+  full: null, // the opened task as GET /v1/tasks/{id} answered it (texts not cut)
+  renderQueued: false,
+};
+
+const $ = (id) => document.getElementById(id);
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function now() {
+  return Date.now() + state.clockOffset;
+}
+
+function fmtDuration(ms) {
+  if (ms === null || ms === undefined || ms < 0) return "";
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${String(s % 60).padStart(2, "0")}s`;
+  const h = Math.floor(m / 60);
+  return `${h}h ${String(m % 60).padStart(2, "0")}m`;
+}
+
+function fmtTime(ms) {
+  return ms ? new Date(ms).toLocaleString() : "";
+}
+
+// The time the current turn has run (ticking while active), or the last turn's length.
+function durationOf(task) {
+  const start = task.resume_count > 0 && task.turn_started_at ? task.turn_started_at : task.created_at;
+  if (ACTIVE.has(task.status)) return now() - start;
+  return task.completed_at ? task.completed_at - start : null;
+}
+
+// -- connection -------------------------------------------------------------------------------
+
+function setConn(stateName, text) {
+  const conn = $("conn");
+  conn.dataset.state = stateName;
+  conn.textContent = text;
+}
+
+function showDown(message) {
+  const down = $("down");
+  down.hidden = false;
+  down.textContent = message;
+  $("tree").classList.add("stale");
+}
+
+function hideDown() {
+  $("down").hidden = true;
+  $("tree").classList.remove("stale");
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ Authorization: `Bearer ${token()}` }, options.headers || {});
+  const response = await fetch(path, Object.assign({}, options, { headers }));
+  if (response.status === 401) {
+    forgetToken("The service refused this token.");
+    throw new Error("unauthorized");
+  }
+  return response;
+}
+
+function scheduleReconnect(reason) {
+  const seconds = Math.round(state.retryMs / 1000);
+  const since = state.lastContact ? ` Last contact ${new Date(state.lastContact).toLocaleTimeString()}.` : "";
+  setConn("down", "Service unreachable");
+  showDown(`The service is unreachable (${reason}). Retrying in ${seconds}s; the tasks shown may be out of date.${since}`);
+  clearTimeout(state.retryTimer);
+  state.retryTimer = setTimeout(connect, state.retryMs);
+  state.retryMs = Math.min(state.retryMs * 2, 10000);
+}
+
+async function connect() {
+  if (!token()) return;
+  if (state.controller) state.controller.abort();
+  const controller = new AbortController();
+  state.controller = controller;
+  setConn("connecting", "Connecting…");
+  const headers = { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" };
+  if (state.lastEventId !== null) headers["Last-Event-ID"] = state.lastEventId;
+  let response;
+  try {
+    response = await fetch("/v1/events", { headers, signal: controller.signal, cache: "no-store" });
+  } catch (err) {
+    if (controller.signal.aborted && state.controller !== controller) return;
+    scheduleReconnect("no answer");
+    return;
+  }
+  if (response.status === 401) {
+    forgetToken("The service refused this token.");
+    return;
+  }
+  if (!response.ok || !response.body) {
+    scheduleReconnect(`HTTP ${response.status}`);
+    return;
+  }
+  try {
+    await readStream(response.body, controller);
+    if (state.controller === controller) scheduleReconnect("the stream ended");
+  } catch (err) {
+    if (state.controller === controller) scheduleReconnect("the connection dropped");
+  }
+}
+
+// Parse Server-Sent Events from a fetch body; a watchdog aborts a silent stream.
+async function readStream(body, controller) {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let watchdog = null;
+  const arm = () => {
+    clearTimeout(watchdog);
+    watchdog = setTimeout(() => controller.abort(), state.heartbeatMs * 3 + 2000);
+  };
+  arm();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      arm();
+      state.lastContact = Date.now();
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
+        handleBlock(block);
+      }
+    }
+  } finally {
+    clearTimeout(watchdog);
+  }
+}
+
+function handleBlock(block) {
+  let id = null;
+  let kind = "message";
+  const data = [];
+  for (const line of block.split(/\r?\n/)) {
+    if (!line || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "id") id = value;
+    else if (field === "event") kind = value;
+    else if (field === "data") data.push(value);
+  }
+  if (!data.length) return;
+  handleEvent(kind, JSON.parse(data.join("\n")));
+  if (id !== null) state.lastEventId = id;
+}
+
+function handleEvent(kind, payload) {
+  if (kind === "snapshot") {
+    state.tasks = new Map(payload.tasks.map((t) => [t.id, t]));
+    if (payload.heartbeat_ms) state.heartbeatMs = payload.heartbeat_ms;
+    if (payload.now_ms) state.clockOffset = payload.now_ms - Date.now();
+    state.retryMs = 1000;
+    setConn("live", "Live");
+    hideDown();
+    render();
+    return;
+  }
+  state.retryMs = 1000;
+  if ($("conn").dataset.state !== "live") {
+    setConn("live", "Live");
+    hideDown();
+  }
+  if (kind === "task.cleared") {
+    state.tasks.delete(payload.id);
+    queueRender();
+  } else if (kind.startsWith("task.")) {
+    const known = state.tasks.has(payload.id);
+    state.tasks.set(payload.id, payload);
+    if (!known || !updateRowInPlace(payload)) queueRender();
+    else renderCounts();
+  }
+  if (state.detailId === payload.id) {
+    const before = state.detailStatus;
+    renderDetail(payload.id);
+    if ((payload.truncated || []).length) loadFull(payload.id);
+    // the turn ended (or a resume began): its conversation changed
+    if (before !== payload.status) loadMessages(payload.id);
+  }
+}
+
+// -- the tree ---------------------------------------------------------------------------------
+
+function filters() {
+  const statuses = new Set(
+    [...document.querySelectorAll("#status-filter input:checked")].map((i) => i.value)
+  );
+  return { statuses, text: $("q").value.trim().toLowerCase() };
+}
+
+function matches(task, f) {
+  if (!f.statuses.has(task.status)) return false;
+  if (!f.text) return true;
+  return [task.id, task.agent, task.description, task.prompt, task.parent_session_id]
+    .some((v) => (v || "").toLowerCase().includes(f.text));
+}
+
+function queueRender() {
+  if (state.renderQueued) return;
+  state.renderQueued = true;
+  requestAnimationFrame(() => {
+    state.renderQueued = false;
+    render();
+  });
+}
+
+function fillRow(row, task) {
+  row.replaceChildren();
+  row.dataset.status = task.status;
+  const badge = el("span", `badge ${task.status}`, task.status);
+  const id = el("span", "idcell");
+  id.append(el("span", "id mono", task.id));
+  id.title = task.id;
+  if (task.is_forked) id.append(el("span", "mark", "(forked)"));
+  if (task.resume_count > 0) id.append(el("span", "mark", "(resumed)"));
+  const agent = el("span", "agent", task.agent);
+  const desc = el("span", "desc", task.description);
+  desc.title = task.description;
+  const dur = el("span", "dur", fmtDuration(durationOf(task)));
+  const p = task.progress || {};
+  // a running turn's count is known when it ends; its last tool as it happens
+  const n = p.tool_calls || 0;
+  const count = n || !p.last_tool ? `${n} tool${n === 1 ? "" : "s"}` : "tool";
+  const tools = el("span", "tools", `${count}${p.last_tool ? ` · ${p.last_tool}` : ""}`);
+  row.append(badge, id, agent, desc, dur, tools);
+  const marks = `${task.is_forked ? " (forked)" : ""}${task.resume_count > 0 ? " (resumed)" : ""}`;
+  row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}, ${task.id}${marks}`);
+}
+
+function makeRow(task, level) {
+  const row = el("div", "row");
+  row.setAttribute("role", "treeitem");
+  row.setAttribute("aria-level", String(level));
+  row.tabIndex = 0;
+  row.dataset.id = task.id;
+  fillRow(row, task);
+  return row;
+}
+
+function updateRowInPlace(task) {
+  const row = document.querySelector(`.row[data-id="${CSS.escape(task.id)}"]`);
+  if (!row) return !matches(task, filters()); // hidden before and after: nothing to draw
+  if (!matches(task, filters())) return false;
+  fillRow(row, task);
+  return true;
+}
+
+function renderCounts() {
+  const counts = Object.fromEntries(STATUSES.map((s) => [s, 0]));
+  for (const t of state.tasks.values()) counts[t.status] = (counts[t.status] || 0) + 1;
+  const box = $("counts");
+  box.replaceChildren();
+  box.append(`${state.tasks.size} tasks: `);
+  STATUSES.forEach((s, i) => {
+    if (i) box.append(" · ");
+    box.append(el("b", null, counts[s]), ` ${s}`);
+  });
+}
+
+function render() {
+  renderCounts();
+  const f = filters();
+  const focused = document.activeElement && document.activeElement.dataset
+    ? document.activeElement.dataset.id : undefined;
+  const visible = [...state.tasks.values()].filter((t) => matches(t, f));
+  visible.sort((a, b) => b.created_at - a.created_at || (a.id < b.id ? 1 : -1));
+  // a task whose parent is another visible task's session nests under that task
+  const bySession = new Map();
+  for (const t of visible) if (t.session_id) bySession.set(t.session_id, t);
+  const children = new Map(); // session id -> tasks
+  for (const t of visible) {
+    const list = children.get(t.parent_session_id) || [];
+    list.push(t);
+    children.set(t.parent_session_id, list);
+  }
+  const tree = $("tree");
+  const fragment = document.createDocumentFragment();
+  const groups = [...children.keys()].filter((sid) => !bySession.has(sid));
+  for (const parent of groups) {
+    const group = el("div", "group");
+    group.setAttribute("role", "group");
+    const tasks = children.get(parent);
+    const head = el("div", "parent");
+    head.append("Parent session ", el("span", "mono", parent), ` · ${tasks.length} task${tasks.length === 1 ? "" : "s"}`);
+    group.append(head);
+    const add = (list, level) => {
+      for (const t of list) {
+        group.append(makeRow(t, level));
+        const sub = t.session_id && children.get(t.session_id);
+        if (sub && level < 4) add(sub, level + 1);
+      }
+    };
+    add(tasks, 2);
+    fragment.append(group);
+  }
+  tree.replaceChildren(fragment);
+  $("empty").hidden = state.tasks.size > 0;
+  if (focused) {
+    const row = tree.querySelector(`.row[data-id="${CSS.escape(focused)}"]`);
+    if (row) row.focus();
+  }
+}
+
+function tick() {
+  for (const row of document.querySelectorAll(".row[data-status='running'], .row[data-status='resumed']")) {
+    const task = state.tasks.get(row.dataset.id);
+    if (task) row.querySelector(".dur").textContent = fmtDuration(durationOf(task));
+  }
+}
+
+// -- the detail -------------------------------------------------------------------------------
+
+function field(dl, name, value) {
+  if (value === null || value === undefined || value === "") return;
+  dl.append(el("dt", null, name), el("dd", null, value));
+}
+
+function renderDetail(id) {
+  const task = state.tasks.get(id);
+  if (!task) {
+    $("detail-title").textContent = `${id} (removed)`;
+    return;
+  }
+  state.detailStatus = task.status;
+  // events cut long texts; the full task (GET /v1/tasks/{id}) has them when it is as recent
+  const full = state.full && state.full.id === id && state.full.updated_at >= task.updated_at
+    ? state.full : null;
+  const text = (name) => (full ? full[name] : task[name]);
+  $("detail-title").textContent = task.label || task.id;
+  const badge = $("detail-status");
+  badge.className = `badge ${task.status}`;
+  badge.textContent = task.status;
+  const dl = $("detail-fields");
+  dl.replaceChildren();
+  const p = task.progress || {};
+  field(dl, "Description", task.description);
+  field(dl, "Agent", task.agent);
+  field(dl, "Parent session", task.parent_session_id);
+  field(dl, "Child session", task.session_id);
+  field(dl, "Created", fmtTime(task.created_at));
+  field(dl, "Ended", fmtTime(task.completed_at));
+  field(dl, "Duration", fmtDuration(durationOf(task)));
+  field(dl, "Tool calls", `${p.tool_calls || 0}${p.last_tool ? ` (last: ${p.last_tool})` : ""}`);
+  field(dl, "Forked", task.is_forked ? "yes" : "no");
+  field(dl, "Resumes", String(task.resume_count));
+  field(dl, "Prompt", text("last_prompt") || text("prompt"));
+  $("detail-result-box").hidden = !text("result");
+  $("detail-result").textContent = text("result") || "";
+  $("detail-error-box").hidden = !text("error");
+  $("detail-error").textContent = text("error") || "";
+  const fork = $("detail-fork");
+  fork.replaceChildren();
+  const stats = task.fork_stats || {};
+  for (const [k, v] of Object.entries(stats)) {
+    field(fork, k, typeof v === "object" ? JSON.stringify(v) : String(v));
+  }
+  $("detail-fork-box").hidden = Object.keys(stats).length === 0;
+  $("cancel").hidden = !ACTIVE.has(task.status);
+}
+
+async function loadFull(id) {
+  try {
+    const response = await api(`/v1/tasks/${encodeURIComponent(id)}`);
+    if (!response.ok) return;
+    const task = await response.json();
+    if (state.detailId !== id) return;
+    state.full = task;
+    renderDetail(id);
+  } catch (err) {
+    // the live copy stays shown; the banner tells when the service is down
+  }
+}
+
+async function loadMessages(id) {
+  const box = $("detail-messages");
+  box.replaceChildren(el("p", "empty", "Loading…"));
+  try {
+    const response = await api(`/v1/tasks/${encodeURIComponent(id)}/messages?full_session=true`);
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+    if (state.detailId !== id) return;
+    box.replaceChildren();
+    if (!body.messages.length) box.append(el("p", "empty", "No messages yet."));
+    for (const m of body.messages) {
+      const item = el("div", "msg");
+      item.append(el("div", "who", `${m.role}${m.agent ? ` · ${m.agent}` : ""} · ${fmtTime(m.created_at)}`));
+      for (const part of m.parts) {
+        if (part.type === "text" || part.type === "reasoning") {
+          item.append(el("pre", part.type, part.text));
+        } else if (part.type === "tool") {
+          item.append(el("pre", "tool", `⚙ ${part.tool} [${part.status}]${part.output ? `\n${part.output}` : ""}`));
+        }
+      }
+      if (m.error) item.append(el("pre", "error", m.error));
+      box.append(item);
+    }
+  } catch (err) {
+    if (state.detailId === id) box.replaceChildren(el("p", "error", `Could not load the conversation: ${err.message}`));
+  }
+}
+
+function openDetail(id) {
+  state.detailId = id;
+  $("cancel-msg").textContent = "";
+  state.full = null;
+  renderDetail(id);
+  const dialog = $("detail");
+  if (!dialog.open) dialog.showModal();
+  loadFull(id);
+  loadMessages(id);
+}
+
+function closeDetail() {
+  const id = state.detailId;
+  state.detailId = null;
+  const dialog = $("detail");
+  if (dialog.open) dialog.close();
+  const row = id && document.querySelector(`.row[data-id="${CSS.escape(id)}"]`);
+  if (row) row.focus();
+}
+
+async function cancelTask() {
+  const id = state.detailId;
+  if (!id) return;
+  const button = $("cancel");
+  button.disabled = true;
+  $("cancel-msg").textContent = "Cancelling…";
+  try {
+    const response = await api(`/v1/tasks/${encodeURIComponent(id)}/cancel`, { method: "POST" });
+    const body = await response.json();
+    if (response.ok) {
+      state.full = body;
+      state.tasks.set(body.id, body);
+      $("cancel-msg").textContent = "Cancelled.";
+      renderDetail(id);
+      queueRender();
+    } else {
+      $("cancel-msg").textContent = body.detail || `HTTP ${response.status}`;
+    }
+  } catch (err) {
+    $("cancel-msg").textContent = `Could not cancel: ${err.message}`;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// -- the token --------------------------------------------------------------------------------
+
+function forgetToken(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  if (state.controller) state.controller.abort();
+  state.controller = null;
+  clearTimeout(state.retryTimer);
+  setConn("denied", "Not connected");
+  $("main").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = message || "";
+  $("token").focus();
+}
+
+function start() {
+  $("login").hidden = true;
+  $("main").hidden = false;
+  state.lastEventId = null;
+  connect();
+}
+
+// -- wiring -----------------------------------------------------------------------------------
+
+function rowsInOrder() {
+  return [...document.querySelectorAll("#tree .row")];
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  // a token given in the URL fragment (never sent to a server) is taken once, then hidden
+  const hash = new URLSearchParams(location.hash.slice(1));
+  if (hash.get("token")) {
+    sessionStorage.setItem(TOKEN_KEY, hash.get("token"));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  $("login").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = $("token").value.trim();
+    if (!value) return;
+    sessionStorage.setItem(TOKEN_KEY, value);
+    $("token").value = "";
+    start();
+  });
+  $("logout").addEventListener("click", () => forgetToken(""));
+  $("status-filter").addEventListener("change", render);
+  $("q").addEventListener("input", render);
+  $("tree").addEventListener("click", (event) => {
+    const row = event.target.closest(".row");
+    if (row) openDetail(row.dataset.id);
+  });
+  $("tree").addEventListener("keydown", (event) => {
+    const row = event.target.closest(".row");
+    if (!row) return;
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      openDetail(row.dataset.id);
+    } else if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+      event.preventDefault();
+      const rows = rowsInOrder();
+      const next = rows[rows.indexOf(row) + (event.key === "ArrowDown" ? 1 : -1)];
+      if (next) next.focus();
+    } else if (event.key === "Home" || event.key === "End") {
+      event.preventDefault();
+      const rows = rowsInOrder();
+      (event.key === "Home" ? rows[0] : rows[rows.length - 1]).focus();
+    }
+  });
+  $("detail-close").addEventListener("click", closeDetail);
+  $("detail").addEventListener("close", () => {
+    if (state.detailId) closeDetail();
+  });
+  $("cancel").addEventListener("click", cancelTask);
+  setInterval(tick, 1000);
+  if (token()) start();
+  else forgetToken("");
+});

@@ -1,0 +1,354 @@
+"""The event hub: order, snapshot, Last-Event-ID resume, heartbeats, bounded subscribers and
+buffers (the SSE bytes as a client reads them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+import pytest
+from asyncagents.service.api import DashboardApi
+from asyncagents.service.event_stream import (
+    EVENT_TEXT_CHARS,
+    EventHub,
+    Subscription,
+    TooManySubscribersError,
+)
+from asyncagents.tasks import Task, TaskManager, TaskProgress, TaskStatus
+from dash_support import TOKEN, FakeSource, make_task
+from starlette.applications import Starlette
+
+Event = tuple[str | None, str, Any]  # id, kind, data (None for a heartbeat)
+
+
+def parse(chunk: bytes) -> Event | None:
+    """One SSE block: (id, event, JSON data); ("", "heartbeat", None) for a comment; None for
+    the ``retry`` line."""
+    text = chunk.decode()
+    assert text.endswith("\n\n"), text
+    fields: dict[str, str] = {}
+    for line in text.strip("\n").split("\n"):
+        if line.startswith(":"):
+            return ("", "heartbeat", None)
+        name, _, value = line.partition(": ")
+        fields[name] = value
+    if set(fields) == {"retry"}:
+        return None
+    return fields.get("id"), fields["event"], json.loads(fields["data"])
+
+
+class Reader:
+    """Reads a hub stream event by event, with a deadline per event."""
+
+    def __init__(self, hub: EventHub, sub: Subscription, tasks: Sequence[Task] = ()) -> None:
+        self.snapshot_calls = 0
+        self._tasks = list(tasks)
+        self.gen: AsyncIterator[bytes] = hub.stream(sub, self._snapshot)
+
+    async def _snapshot(self) -> list[Task]:
+        self.snapshot_calls += 1
+        await asyncio.sleep(0)
+        return self._tasks
+
+    async def next(self, timeout: float = 5.0) -> Event:
+        while True:
+            event = parse(await asyncio.wait_for(self.gen.__anext__(), timeout))
+            if event is not None:
+                return event
+
+    async def take(self, n: int) -> list[Event]:
+        return [await self.next() for _ in range(n)]
+
+    async def ended(self, timeout: float = 5.0) -> bool:
+        try:
+            while True:
+                await asyncio.wait_for(self.gen.__anext__(), timeout)
+        except StopAsyncIteration:
+            return True
+
+
+@pytest.fixture
+def source() -> FakeSource:
+    return FakeSource()
+
+
+def hub_on(source: FakeSource, **kw: Any) -> EventHub:
+    hub = EventHub(first_id=100, **kw)
+    hub.attach(source)
+    return hub
+
+
+async def test_snapshot_first_then_every_change_in_order(source: FakeSource) -> None:
+    hub = hub_on(source)
+    existing = make_task(1, status=TaskStatus.COMPLETED, result="ok")
+    reader = Reader(hub, hub.subscribe(), [existing])
+    first = await reader.next()
+    assert first[0] == "100" and first[1] == "snapshot"
+    assert [t["id"] for t in first[2]["tasks"]] == ["tsk_0001"]
+    assert first[2]["tasks"][0]["result"] == "ok"
+    assert first[2]["heartbeat_ms"] == 15000
+    task = make_task(2)
+    kinds = [
+        "task.created",
+        "task.updated",
+        "task.completed",
+        "task.resumed",
+        "task.error",
+        "task.cancelled",
+        "task.cleared",
+    ]
+    for kind in kinds:
+        source.emit(kind, task)
+    events = await reader.take(len(kinds))
+    assert [e[1] for e in events] == kinds
+    assert [e[0] for e in events] == [str(i) for i in range(101, 101 + len(kinds))]
+    assert all(e[2]["id"] == "tsk_0002" and e[2]["label"] == "tsk_0002" for e in events)
+    hub.detach()
+    assert source.listeners == []
+    assert await reader.ended()
+
+
+async def test_changes_during_the_snapshot_follow_it(source: FakeSource) -> None:
+    hub = hub_on(source)
+    gate = asyncio.Event()
+
+    async def slow_snapshot() -> list[Task]:
+        await gate.wait()
+        return [make_task(1)]
+
+    gen = hub.stream(hub.subscribe(), slow_snapshot)
+    assert parse(await gen.__anext__()) is None  # retry
+    pending = asyncio.ensure_future(gen.__anext__())
+    await asyncio.sleep(0.01)
+    source.emit("task.updated", make_task(1, description="changed"))
+    gate.set()
+    snapshot = parse(await pending)
+    assert snapshot is not None and snapshot[:2] == ("100", "snapshot")
+    update = parse(await gen.__anext__())
+    assert update is not None
+    assert update[:2] == ("101", "task.updated")
+    assert update[2]["description"] == "changed"
+    await gen.aclose()
+    assert hub.subscriber_count == 0
+
+
+async def test_last_event_id_resumes_without_gaps_or_duplicates(source: FakeSource) -> None:
+    hub = hub_on(source)
+    first = Reader(hub, hub.subscribe())
+    await first.next()  # snapshot
+    for n in range(1, 6):
+        source.emit("task.created", make_task(n))
+    got = await first.take(2)
+    last_seen = got[-1][0]
+    assert last_seen == "102"
+    await first.gen.aclose()  # the client disconnects; the world moves on
+    for n in range(6, 8):
+        source.emit("task.created", make_task(n))
+    again = Reader(hub, hub.subscribe(last_seen))
+    resumed = await again.take(5)
+    assert [e[0] for e in resumed] == ["103", "104", "105", "106", "107"]
+    assert [e[2]["id"] for e in resumed] == [f"tsk_{n:04d}" for n in range(3, 8)]
+    assert again.snapshot_calls == 0
+    source.emit("task.completed", make_task(7))
+    assert (await again.next())[:2] == ("108", "task.completed")
+    # up to date: nothing to replay, no snapshot
+    current = Reader(hub, hub.subscribe("108"))
+    source.emit("task.updated", make_task(7))
+    assert (await current.next())[:2] == ("109", "task.updated")
+    assert current.snapshot_calls == 0
+
+
+@pytest.mark.parametrize("last", ["101", "5", "999999", "abc", "", "-3"])
+async def test_unknown_or_too_old_ids_get_a_fresh_snapshot(source: FakeSource, last: str) -> None:
+    hub = hub_on(source, ring_size=3)
+    for n in range(1, 7):  # ids 101..106; the ring keeps 104..106
+        source.emit("task.created", make_task(n))
+    reader = Reader(hub, hub.subscribe(last), [make_task(1)])
+    event = await reader.next()
+    assert event[:2] == ("106", "snapshot")
+    assert reader.snapshot_calls == 1
+    # the oldest id still resumable is the one just before the ring's first event
+    resumable = Reader(hub, hub.subscribe("103"))
+    assert [e[0] for e in await resumable.take(3)] == ["104", "105", "106"]
+
+
+async def test_heartbeats_while_quiet(source: FakeSource) -> None:
+    hub = hub_on(source, heartbeat=0.05)
+    reader = Reader(hub, hub.subscribe())
+    assert (await reader.next())[1] == "snapshot"
+    assert await reader.next() == ("", "heartbeat", None)
+    assert await reader.next() == ("", "heartbeat", None)
+    source.emit("task.updated", make_task(1))
+    assert (await reader.next())[:2] == ("101", "task.updated")
+
+
+async def test_subscribers_are_bounded(source: FakeSource) -> None:
+    hub = hub_on(source, max_subscribers=2)
+    subs = [hub.subscribe(), hub.subscribe()]
+    with pytest.raises(TooManySubscribersError, match="already has 2 subscribers"):
+        hub.subscribe()
+    hub.unsubscribe(subs[0])
+    hub.subscribe()
+    assert hub.subscriber_count == 2
+
+
+async def test_a_slow_subscriber_is_dropped_and_resumes(source: FakeSource) -> None:
+    hub = hub_on(source, buffer_size=3)
+    slow = Reader(hub, hub.subscribe("100"))
+    fast = Reader(hub, hub.subscribe("100"))
+    source.emit("task.created", make_task(1))
+    assert (await slow.next())[0] == "101"
+    assert (await fast.next())[0] == "101"
+    for n in range(2, 12):  # the slow one reads nothing now; the fast one keeps up
+        source.emit("task.updated", make_task(n))
+        assert (await fast.next())[0] == str(100 + n)
+    assert hub.dropped_count == 1
+    assert hub.subscriber_count == 1
+    assert await slow.ended()
+    # the dropped client reconnects with the last id it read: nothing lost, nothing twice
+    back = Reader(hub, hub.subscribe("101"))
+    assert [e[0] for e in await back.take(10)] == [str(i) for i in range(102, 112)]
+
+
+async def test_events_route_refuses_beyond_the_limit(manager: TaskManager) -> None:
+    api = DashboardApi(manager, token=TOKEN, hub=EventHub(max_subscribers=1))
+    api.hub.subscribe()  # the one allowed stream is taken
+    transport = httpx.ASGITransport(app=Starlette(routes=api.routes))
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash.test") as http:
+        response = await http.get("/v1/events", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 503
+    assert response.json() == {
+        "error": "too_many_subscribers",
+        "detail": "the event stream already has 1 subscribers",
+    }
+    api.close()
+
+
+def test_hub_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="must be > 0"):
+        EventHub(buffer_size=0)
+
+
+async def test_events_cut_long_texts_and_name_them(source: FakeSource) -> None:
+    hub = hub_on(source)
+    long_result = "é" * (EVENT_TEXT_CHARS + 5)
+    reader = Reader(hub, hub.subscribe(), [make_task(1, result=long_result)])
+    snapshot = await reader.next()
+    [task] = snapshot[2]["tasks"]
+    assert task["result"] == "é" * EVENT_TEXT_CHARS
+    assert task["truncated"] == ["result"]
+    assert task["prompt"] == "prompt 1"
+    source.emit("task.error", make_task(2, prompt="p" * 9000, error="short"))
+    event = await reader.next()
+    assert len(event[2]["prompt"]) == EVENT_TEXT_CHARS
+    assert event[2]["error"] == "short"
+    assert event[2]["truncated"] == ["prompt"]
+
+
+async def test_reconcile_publishes_what_no_listener_reported(source: FakeSource) -> None:
+    hub = hub_on(source)
+    old = make_task(1, status=TaskStatus.COMPLETED)
+    assert hub.reconcile([old], seed=True) == 0  # the snapshot shows it
+    reader = Reader(hub, hub.subscribe(str(hub.last_id)))
+    running = make_task(2)
+    done_elsewhere = make_task(3, status=TaskStatus.ERROR, error="boom")
+    assert hub.reconcile([old, running, done_elsewhere]) == 2
+    assert [(e[1], e[2]["id"]) for e in await reader.take(2)] == [
+        ("task.created", "tsk_0002"),
+        ("task.error", "tsk_0003"),
+    ]
+    # a change the listener reported is not published again
+    cancelled = make_task(2, status=TaskStatus.CANCELLED, updated_at=running.updated_at + 5)
+    source.emit("task.cancelled", cancelled)
+    assert (await reader.next())[1] == "task.cancelled"
+    assert hub.reconcile([old, cancelled, done_elsewhere]) == 0
+    # newer without a new status: updated; resumed; gone: cleared
+    touched = make_task(3, status=TaskStatus.ERROR, updated_at=done_elsewhere.updated_at + 1)
+    resumed = make_task(1, status=TaskStatus.RESUMED, resume_count=1, updated_at=old.updated_at + 9)
+    assert hub.reconcile([resumed, touched]) == 3
+    events = await reader.take(3)
+    assert [(e[1], e[2]["id"]) for e in events] == [
+        ("task.resumed", "tsk_0001"),
+        ("task.updated", "tsk_0003"),
+        ("task.cleared", "tsk_0002"),
+    ]
+    assert events[0][2]["label"] == "tsk_0001 (resumed)"
+    assert hub.reconcile([resumed, touched]) == 0
+
+
+async def test_a_real_managers_changes_arrive_through_its_listener(
+    manager: TaskManager, parent: str
+) -> None:
+    api = DashboardApi(manager, token=TOKEN, poll_interval=None)  # the listener alone
+    reader = Reader(api.hub, api.hub.subscribe(str(api.hub.last_id)))
+    task = await manager.task(parent, "Count the files [tool]", "general", "Count")
+    events = [await reader.next()]
+    while events[-1][1] != "task.completed":
+        events.append(await reader.next())
+    assert events[0][1:] == ("task.created", events[0][2])
+    assert events[0][2]["status"] == "running"
+    assert {e[2]["id"] for e in events} == {task.id}
+    assert events[-1][2]["result"] == "Done: Count the files [tool]"
+    assert events[-1][2]["progress"]["tool_calls"] == 2
+    ids = [int(e[0]) for e in events]
+    assert ids == list(range(ids[0], ids[0] + len(ids)))
+    held = await manager.task(parent, "Wait [hold:x]", "general", "w")
+    await manager.cancel(held.id)
+    kinds: list[str] = []
+    while "task.cancelled" not in kinds:
+        kinds.append((await reader.next())[1])
+    assert kinds[0] == "task.created"
+    api.close()
+
+
+async def test_snapshots_and_store_changes_keep_the_reported_progress(source: FakeSource) -> None:
+    hub = hub_on(source)
+    stored = make_task(1)  # the store keeps a run's progress only when its turn ends
+    progressed = make_task(1, progress=TaskProgress(tool_calls=3, last_tool="bash"))
+    source.emit("task.updated", progressed)
+    reader = Reader(hub, hub.subscribe(), [stored])
+    snapshot = await reader.next()
+    assert snapshot[2]["tasks"][0]["progress"]["last_tool"] == "bash"
+    assert hub.with_live_progress(stored).progress.tool_calls == 3
+    # a change found in the store (newer, same status) keeps the progress too
+    assert hub.reconcile([stored.model_copy(update={"updated_at": stored.updated_at + 1})]) == 1
+    event = await reader.next()
+    assert event[1] == "task.updated" and event[2]["progress"]["tool_calls"] == 3
+    # once the turn has ended, the stored progress is the truth
+    ended = make_task(1, status=TaskStatus.COMPLETED, updated_at=stored.updated_at + 2)
+    source.emit("task.completed", ended)
+    assert hub.with_live_progress(ended).progress.tool_calls == 0
+    assert hub.with_live_progress(stored).progress.tool_calls == 0
+
+
+async def test_a_client_gone_before_the_first_byte_frees_its_slot(manager: TaskManager) -> None:
+    api = DashboardApi(manager, token=TOKEN, poll_interval=None)
+    app = Starlette(routes=api.routes)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/v1/events",
+        "raw_path": b"/v1/events",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        raise OSError("the client has gone")
+
+    with pytest.raises(Exception):  # noqa: B017 (Starlette's ClientDisconnect or the OSError)
+        await app(scope, receive, send)
+    assert api.hub.subscriber_count == 0
+    api.close()

@@ -1,0 +1,86 @@
+"""The plugin's TUI toasts, end to end: OpenCode with the plugin installed by ``asyncagents
+opencode install``, ``asyncagents serve``, the fake model calling the tools. A task that
+completes, or is cancelled, shows a toast (OpenCode publishes it as ``tui.toast.show`` on its
+event stream, which the TUI draws)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from asyncagents.tasks import OpenCodeBackend
+from e2e_support import AGENT, until
+from plugin_support import ServiceProcess, call, new_parent, say_to, started_task_id, tool_outputs
+from test_opencode_plugin import (  # noqa: F401  (the same module fixtures, a server of our own)
+    oc,
+    plugin_opencode,
+    plugin_root,
+    service,
+    service_port,
+)
+
+
+@pytest.fixture
+async def toasts(oc: OpenCodeBackend) -> AsyncIterator[list[dict[str, Any]]]:  # noqa: F811
+    """The ``tui.toast.show`` events OpenCode publishes while the test runs."""
+    seen: list[dict[str, Any]] = []
+    connected = asyncio.Event()
+
+    async def follow() -> None:
+        async for event in oc.events():
+            connected.set()
+            if event.get("type") == "tui.toast.show":
+                seen.append(event.get("properties") or {})
+
+    job = asyncio.ensure_future(follow())
+    await asyncio.wait_for(connected.wait(), 30)
+    yield seen
+    job.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await job
+
+
+async def test_toasts_when_a_task_completes_and_when_one_is_cancelled(
+    service: ServiceProcess,  # noqa: F811
+    oc: OpenCodeBackend,  # noqa: F811
+    toasts: list[dict[str, Any]],
+) -> None:
+    parent = await new_parent(oc)
+    await say_to(
+        oc,
+        parent,
+        call("asyncagents_task", {"prompt": "say hi", "agent": AGENT, "description": "quick"}),
+    )
+    quick = started_task_id((await tool_outputs(oc, parent, "asyncagents_task"))[-1])
+
+    def toast_for(task_id: str) -> dict[str, Any] | None:
+        return next((t for t in toasts if task_id in str(t.get("message"))), None)
+
+    await until(lambda: toast_for(quick) is not None, 60, "a toast for the completed task")
+    assert toast_for(quick) == {
+        "title": "asyncagents",
+        "message": f'Background task "quick" completed ({quick}).',
+        "variant": "success",
+        "duration": 6000,
+    }
+    await say_to(
+        oc,
+        parent,
+        call(
+            "asyncagents_task",
+            {"prompt": "[fake:slow] take your time", "agent": AGENT, "description": "slow"},
+        ),
+    )
+    slow = started_task_id((await tool_outputs(oc, parent, "asyncagents_task"))[-1])
+    await say_to(oc, parent, call("asyncagents_cancel", {"task_id": slow}))
+    await until(lambda: toast_for(slow) is not None, 60, "a toast for the cancelled task")
+    assert toast_for(slow) == {
+        "title": "asyncagents",
+        "message": f'Background task "slow" was cancelled ({slow}).',
+        "variant": "warning",
+        "duration": 6000,
+    }
+    assert len([t for t in toasts if quick in str(t.get("message"))]) == 1
