@@ -322,7 +322,7 @@ impl<'py> Walker<'py> {
         let Some(state) = object(part, intern!(py, "state"), loc, "state")? else {
             return Ok(ToolCall {
                 name,
-                has_state: false,
+                legacy: true,
                 input: None,
                 status_error: false,
                 result: None,
@@ -373,7 +373,7 @@ impl<'py> Walker<'py> {
         }
         Ok(ToolCall {
             name,
-            has_state: true,
+            legacy: status.is_none(),
             input,
             status_error: status.as_deref() == Some("error"),
             result,

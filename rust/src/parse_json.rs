@@ -820,7 +820,7 @@ fn read_tool(part: LPart<'_>, i: usize, j: usize, base: &str) -> Result<ToolCall
     let Some(state) = object(part.state, loc, "state")? else {
         return Ok(ToolCall {
             name,
-            has_state: false,
+            legacy: true,
             input: None,
             status_error: false,
             result: None,
@@ -860,7 +860,7 @@ fn read_tool(part: LPart<'_>, i: usize, j: usize, base: &str) -> Result<ToolCall
     }
     Ok(ToolCall {
         name,
-        has_state: true,
+        legacy: status.is_none(),
         input,
         status_error: status.as_deref() == Some("error"),
         result,

@@ -269,6 +269,40 @@ mod tests {
     }
 
     #[test]
+    fn legacy_call_takes_the_tier_of_the_next_tool_result() {
+        let long = "x".repeat(300);
+        let doc = format!(
+            r#"[{{"info":{{"role":"assistant"}},"parts":[
+                {{"type":"tool","tool":"read","state":{{"input":{{"a":"{long}"}}}}}},
+                {{"type":"tool_result","text":"out"}},
+                {{"type":"tool","tool":"grep","state":{{"input":{{"b":"{long}"}}}}}}]}}]"#
+        );
+        let messages = crate::parse_json::parse_document(&doc).unwrap();
+        let s = Session {
+            source: Source::Objects {
+                owned: doc.clone(),
+                strings: Vec::new(),
+            },
+            messages,
+        };
+        let config = Config {
+            tier1_count: 0,
+            tier2_count: 0,
+            ..Config::default()
+        };
+        let out = render(&s, &[0], &config);
+        let first = format!("{{\"a\":\"{}", &long[..94]);
+        let second = format!("{{\"b\":\"{}\"}}", long);
+        assert_eq!(
+            out.context,
+            format!(
+                "<inherited_context>\nAgent:\n[Tool: read] {first}...\n[Tool result]\nout\n\
+                 [Tool: grep] {second}\n</inherited_context>"
+            )
+        );
+    }
+
+    #[test]
     fn no_messages_no_context() {
         let s = session(&[]);
         let out = render(&s, &[], &Config::default());

@@ -163,7 +163,9 @@ impl Eq for SmallStr {}
 pub struct ToolCall {
     /// display name: `tool`, else `name`, else `unknown`
     pub name: SmallStr,
-    pub has_state: bool,
+    /// a legacy call: no `state.status` (or no state at all); its parameters take the tier of
+    /// the next `tool_result` of its message
+    pub legacy: bool,
     /// `state.input` (RawJson or DumpedJson), when present
     pub input: Option<Span>,
     pub status_error: bool,

@@ -157,7 +157,7 @@ pub fn body<O: Out>(
                 } else {
                     None
                 };
-                let tier = if call.has_state {
+                let tier = if !call.legacy {
                     result.map(|r| r.tier)
                 } else {
                     legacy
@@ -188,12 +188,12 @@ pub fn body<O: Out>(
     }
 }
 
-/// For each legacy `tool` part (no state), the tier of the next `tool_result` in its message.
+/// For each legacy `tool` part (no `state.status`), the tier of the next `tool_result` in its message.
 fn legacy_tiers(message: &Message, results: &[ResultPlan]) -> Option<Vec<Option<u8>>> {
     let has_legacy = message
         .parts
         .iter()
-        .any(|part| matches!(part, Part::Tool(call) if !call.has_state));
+        .any(|part| matches!(part, Part::Tool(call) if call.legacy));
     if !has_legacy {
         return None;
     }
@@ -210,7 +210,7 @@ fn legacy_tiers(message: &Message, results: &[ResultPlan]) -> Option<Vec<Option<
                 if call.result.is_some() {
                     remaining = remaining.saturating_sub(1);
                 }
-                if !call.has_state {
+                if call.legacy {
                     if let Some(slot) = tiers.get_mut(p) {
                         *slot = next_tier;
                     }
