@@ -117,8 +117,9 @@ def _params_limit(
     results: dict[tuple[int, int], Result],
     config: ForkConfig,
 ) -> int:
-    """A call's own result tier sets its limit; a legacy call takes the next tool_result's."""
-    if call.has_state:
+    """A call's own result tier sets its limit; a legacy call (no ``state.status``) takes the
+    tier of the next tool_result of its message."""
+    if call.status is not None:
         own = results.get((m, p))
         return config.params_limit(own.tier) if own else config.params_tier1
     for q in range(p + 1, len(message.parts)):
