@@ -25,7 +25,7 @@ use pyo3::types::{PyBytes, PyString};
 
 use crate::config::Config;
 use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
-use crate::input::{json::JsonSource, py::PySource, py::Seq, read_messages};
+use crate::input::{json::JsonReader, py::PySource, py::Seq, read_messages};
 use crate::session::{Session, Source};
 use crate::utf8::Utf8Bytes;
 
@@ -124,15 +124,14 @@ pub struct RenderResult {
 
 /// Scan a JSON document and read its messages (the whole document is checked first).
 fn read_json(source: Source) -> Result<Session, InputError> {
-    let text = source.text(0);
-    let doc = json::scan::scan(text)?;
-    let Some(list) = doc.messages() else {
+    let mut reader = JsonReader::new(source.text(0));
+    if !json::scan::scan(source.text(0), &mut reader)? {
         return Err(InputError::new("messages", TOP_LEVEL));
-    };
-    let mut src = JsonSource { text, doc: &doc };
-    let (mut messages, mut parts) = (Vec::new(), Vec::new());
-    read_messages(&mut src, &list, &mut messages, &mut parts)?;
-    drop(doc);
+    }
+    if let Some(err) = reader.error {
+        return Err(err);
+    }
+    let (messages, parts) = (reader.messages, reader.parts);
     Ok(Session {
         source,
         messages,

@@ -125,7 +125,7 @@ pub fn run(session: &Session, kept: &[usize], config: &Config) -> Rendered {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::{json::JsonSource, read_messages};
+    use crate::input::json::JsonReader;
     use crate::json::scan::scan;
     use crate::session::{Message, Part, Source, Span, SpanKind};
 
@@ -156,21 +156,16 @@ mod tests {
 
     /// A session read from JSON text by the JSON front end.
     fn from_json(doc: &str) -> Session {
-        let scanned = scan(doc).unwrap();
-        let (start, len) = scanned.messages().unwrap();
-        let mut src = JsonSource {
-            text: doc,
-            doc: &scanned,
-        };
-        let (mut messages, mut parts) = (Vec::new(), Vec::new());
-        read_messages(&mut src, &(start, len), &mut messages, &mut parts).unwrap();
+        let mut reader = JsonReader::new(doc);
+        assert_eq!(scan(doc, &mut reader), Ok(true));
+        assert!(reader.error.is_none());
         Session {
             source: Source::Objects {
                 owned: doc.to_owned(),
                 strings: Vec::new(),
             },
-            messages,
-            parts,
+            messages: reader.messages,
+            parts: reader.parts,
         }
     }
 

@@ -1,11 +1,12 @@
 //! The scanned JSON document as a `Source`: objects are the scanner's nodes, strings are spans
 //! of the document (never copied, already measured in code points).
 
+use super::read_message;
 use super::{Field, Kind, Source};
 use crate::errors::{self as e, InputError, Loc};
-use crate::json::scan::{Doc, Str, Val, SLOTS};
+use crate::json::scan::{Doc, OnMessage, Str, Val, SLOTS};
 use crate::json::unescape::unescape;
-use crate::session::{SmallStr, Span, SpanKind};
+use crate::session::{Message, Part, SmallStr, Span, SpanKind};
 
 /// The slot of a field in its object's node (see `json::scan::slot`).
 pub fn slot(field: Field) -> usize {
@@ -21,7 +22,53 @@ pub fn slot(field: Field) -> usize {
     }
 }
 
-/// A scanned document and its text.
+/// Reads each message as the scanner hands it over; keeps the first error and, after it, only
+/// lets the scanner check the rest of the syntax.
+pub struct JsonReader<'a> {
+    pub text: &'a str,
+    pub messages: Vec<Message>,
+    pub parts: Vec<Part>,
+    pub error: Option<InputError>,
+}
+
+impl<'a> JsonReader<'a> {
+    pub fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            messages: Vec::new(),
+            parts: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+impl OnMessage for JsonReader<'_> {
+    fn start(&mut self) {
+        self.messages.clear();
+        self.parts.clear();
+        self.error = None;
+    }
+
+    fn message(&mut self, doc: &Doc, value: Val, index: usize) {
+        if self.error.is_some() {
+            return;
+        }
+        let mut src = JsonSource {
+            text: self.text,
+            doc,
+        };
+        match read_message(&mut src, value, index, &mut self.parts) {
+            Ok(message) => self.messages.push(message),
+            Err(err) => {
+                self.error = Some(err);
+                self.messages = Vec::new();
+                self.parts = Vec::new();
+            }
+        }
+    }
+}
+
+/// One scanned message's records and the document text.
 pub struct JsonSource<'a> {
     pub text: &'a str,
     pub doc: &'a Doc,

@@ -161,7 +161,8 @@ pub fn read_messages<S: Source>(
     Ok(())
 }
 
-fn read_message<S: Source>(
+/// Read message `i` (`value`), appending its parts to `parts`.
+pub fn read_message<S: Source>(
     src: &mut S,
     value: S::Value,
     i: usize,

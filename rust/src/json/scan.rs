@@ -119,26 +119,20 @@ pub fn slot(schema: Schema, key: &[u8]) -> Option<(usize, Schema)> {
     })
 }
 
-/// A scanned document: the recorded objects and arrays, and the message list.
+/// The recorded objects and arrays of the message being scanned.
+#[derive(Default)]
 pub struct Doc {
     pub nodes: Vec<[Val; SLOTS]>,
     pub items: Vec<Val>,
-    /// the top-level value (an array, or an export object)
-    pub top: Val,
 }
 
-impl Doc {
-    /// The message list: the top array, or an export object's `messages` array.
-    pub fn messages(&self) -> Option<(u32, u32)> {
-        match self.top {
-            Val::Arr { start, len } => Some((start, len)),
-            Val::Obj(node) => match self.nodes.get(node as usize)?.first()? {
-                Val::Arr { start, len } => Some((*start, *len)),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
+/// Receives each message of the message list as soon as it is scanned (while its bytes are
+/// still in cache); its records are dropped right after.
+pub trait OnMessage {
+    /// A message list starts (an export document may have several `messages` keys: the last
+    /// one counts, so each start forgets the messages before).
+    fn start(&mut self);
+    fn message(&mut self, doc: &Doc, value: Val, index: usize);
 }
 
 enum Stop {
@@ -146,22 +140,22 @@ enum Stop {
     TooDeep,
 }
 
-const LO: u64 = 0x0101_0101_0101_0101;
-const HI: u64 = 0x8080_8080_8080_8080;
-
-/// A byte of `w` is zero (exact as a yes/no answer).
-#[inline(always)]
-fn has_zero(w: u64) -> u64 {
-    w.wrapping_sub(LO) & !w & HI
-}
-
-/// A byte of `w` is `"`, `\` or a control character.
-#[inline(always)]
-fn special(w: u64) -> bool {
-    (has_zero(w ^ (LO * u64::from(b'"')))
-        | has_zero(w ^ (LO * u64::from(b'\\')))
-        | (w.wrapping_sub(LO * 0x20) & !w & HI))
-        != 0
+/// UTF-8 continuation bytes in `run`, and whether it has a control character; written so the
+/// compiler vectorizes it (byte counters per 128-byte block, no early exit).
+fn run_stats(run: &[u8]) -> (usize, bool) {
+    let mut cont = 0usize;
+    let mut control = 0u8;
+    for block in run.chunks(128) {
+        let mut c = 0u8;
+        let mut m = 0u8;
+        for &byte in block {
+            c += u8::from(byte & 0xc0 == 0x80);
+            m |= u8::from(byte < 0x20);
+        }
+        cont += usize::from(c);
+        control |= m;
+    }
+    (cont, control != 0)
 }
 
 fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
@@ -173,19 +167,19 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
     Some(value)
 }
 
-struct Scanner<'a> {
+struct Scanner<'a, M> {
     b: &'a [u8],
     i: usize,
     depth: usize,
     max_depth: usize,
-    nodes: Vec<[Val; SLOTS]>,
-    items: Vec<Val>,
+    doc: Doc,
     scratch: Vec<Val>,
+    sink: &'a mut M,
 }
 
 type Res<T> = Result<T, Stop>;
 
-impl Scanner<'_> {
+impl<M: OnMessage> Scanner<'_, M> {
     #[inline]
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
@@ -220,17 +214,18 @@ impl Scanner<'_> {
         let mut shrink = 0usize;
         let mut escaped = false;
         loop {
-            while let Some(chunk) = b.get(i..i + 8) {
-                let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-                    break;
-                };
-                let w = u64::from_le_bytes(word);
-                if special(w) {
-                    break;
-                }
-                cont += (w & !(w << 1) & HI).count_ones() as usize;
-                i += 8;
+            // Jump to the next quote or backslash (SIMD), then check and measure the plain run
+            // before it in one vectorized pass.
+            let rest = b.get(i..).unwrap_or(&[]);
+            let run_len = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+            let (run_cont, control) = run_stats(rest.get(..run_len).unwrap_or(&[]));
+            if control {
+                let bad = rest.iter().position(|&c| c < 0x20).unwrap_or(0);
+                self.i = i + bad;
+                return self.fail("invalid control character in a string");
             }
+            cont += run_cont;
+            i += run_len;
             let Some(&c) = b.get(i) else {
                 self.i = i;
                 return self.fail("unterminated string");
@@ -360,14 +355,11 @@ impl Scanner<'_> {
                 };
                 self.object(schema)
             }
-            Some(b'[') => {
-                let item = match schema {
-                    Schema::Top | Schema::Messages => Some(Schema::Message),
-                    Schema::Parts => Some(Schema::Part),
-                    _ => None,
-                };
-                self.array(item)
-            }
+            Some(b'[') => match schema {
+                Schema::Top | Schema::Messages => self.message_list(),
+                Schema::Parts => self.array(Some(Schema::Part)),
+                _ => self.array(None),
+            },
             Some(b'"') => self.string().map(Val::Str),
             Some(b't') => self.literal(b"true", Val::Bool(true)),
             Some(b'f') => self.literal(b"false", Val::Bool(false)),
@@ -398,8 +390,8 @@ impl Scanner<'_> {
         let node = if schema == Schema::Skip {
             None
         } else {
-            self.nodes.push([Val::Absent; SLOTS]);
-            Some(self.nodes.len() - 1)
+            self.doc.nodes.push([Val::Absent; SLOTS]);
+            Some(self.doc.nodes.len() - 1)
         };
         self.ws();
         if self.peek() == Some(b'}') {
@@ -437,7 +429,7 @@ impl Scanner<'_> {
                     None => self.value(Schema::Skip)?,
                 };
                 if let (Some(n), Some((at, _))) = (node, found) {
-                    if let Some(place) = self.nodes.get_mut(n).and_then(|s| s.get_mut(at)) {
+                    if let Some(place) = self.doc.nodes.get_mut(n).and_then(|s| s.get_mut(at)) {
                         *place = value;
                     }
                 }
@@ -454,6 +446,37 @@ impl Scanner<'_> {
         }
         self.depth -= 1;
         Ok(node.map_or(Val::Other, |n| Val::Obj(n as u32)))
+    }
+
+    /// The message list: each message goes to the sink, then its records are dropped.
+    fn message_list(&mut self) -> Res<Val> {
+        self.open()?;
+        self.sink.start();
+        let (nodes, items) = (self.doc.nodes.len(), self.doc.items.len());
+        let mut index = 0;
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.i += 1;
+        } else {
+            loop {
+                let value = self.value(Schema::Message)?;
+                self.sink.message(&self.doc, value, index);
+                self.doc.nodes.truncate(nodes);
+                self.doc.items.truncate(items);
+                index += 1;
+                self.ws();
+                match self.peek() {
+                    Some(b',') => self.i += 1,
+                    Some(b']') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return self.fail("expecting ',' or ']'"),
+                }
+            }
+        }
+        self.depth -= 1;
+        Ok(Val::Arr { start: 0, len: 0 })
     }
 
     fn array(&mut self, item: Option<Schema>) -> Res<Val> {
@@ -483,17 +506,19 @@ impl Scanner<'_> {
         if item.is_none() {
             return Ok(Val::Other);
         }
-        let start = self.items.len();
-        self.items.extend(self.scratch.drain(mark..));
+        let start = self.doc.items.len();
+        self.doc.items.extend(self.scratch.drain(mark..));
         Ok(Val::Arr {
             start: start as u32,
-            len: (self.items.len() - start) as u32,
+            len: (self.doc.items.len() - start) as u32,
         })
     }
 }
 
-/// Scan a whole document. Errors have path `json`.
-pub fn scan(text: &str) -> Result<Doc, InputError> {
+/// Scan a whole document, handing each message of its message list to `sink`. Returns whether
+/// the document has a message list (an array, or an export object with a `messages` array).
+/// Errors have path `json`.
+pub fn scan<M: OnMessage>(text: &str, sink: &mut M) -> Result<bool, InputError> {
     if u32::try_from(text.len()).is_err() {
         return Err(InputError::json(
             "invalid JSON: documents of 4 GiB or more are not supported",
@@ -504,9 +529,9 @@ pub fn scan(text: &str) -> Result<Doc, InputError> {
         i: 0,
         depth: 0,
         max_depth: 0,
-        nodes: Vec::new(),
-        items: Vec::new(),
+        doc: Doc::default(),
         scratch: Vec::new(),
+        sink,
     };
     let top = s.value(Schema::Top).and_then(|top| {
         s.ws();
@@ -522,11 +547,12 @@ pub fn scan(text: &str) -> Result<Doc, InputError> {
         ))),
         Err(Stop::TooDeep) => Err(InputError::json(e::DOCUMENT_TOO_DEEP)),
         Ok(_) if s.max_depth > e::MAX_DOCUMENT_DEPTH => Err(InputError::json(e::DOCUMENT_TOO_DEEP)),
-        Ok(top) => Ok(Doc {
-            nodes: s.nodes,
-            items: s.items,
-            top,
-        }),
+        Ok(Val::Arr { .. }) => Ok(true),
+        Ok(Val::Obj(node)) => Ok(matches!(
+            s.doc.nodes.get(node as usize).and_then(|n| n.first()),
+            Some(Val::Arr { .. })
+        )),
+        Ok(_) => Ok(false),
     }
 }
 
@@ -536,6 +562,28 @@ mod tests {
 
     fn nest(n: usize) -> String {
         format!("{}{}", "[".repeat(n), "]".repeat(n))
+    }
+
+    /// Keeps the first message's `info.role` slot.
+    #[derive(Default)]
+    struct Roles(Vec<Val>, Vec<Val>);
+
+    impl OnMessage for Roles {
+        fn start(&mut self) {
+            self.0.clear();
+        }
+        fn message(&mut self, doc: &Doc, value: Val, _: usize) {
+            self.0.push(value);
+            if let Val::Obj(m) = value {
+                if let Val::Obj(info) = doc.nodes[m as usize][0] {
+                    self.1.push(doc.nodes[info as usize][0]);
+                }
+            }
+        }
+    }
+
+    fn scan(text: &str) -> Result<bool, InputError> {
+        super::scan(text, &mut Roles::default())
     }
 
     fn detail(text: &str) -> String {
@@ -598,10 +646,11 @@ mod tests {
 
     #[test]
     fn strings_are_measured_in_code_points() {
-        let text = "[\"ab\\n\\u00e9😀漢\\ud83d\\ude00 0123456789abcdef\"]";
-        let doc = scan(text).unwrap();
-        let Some(Val::Str(s)) = doc.items.first().copied() else {
-            panic!("{:?}", doc.items);
+        let text = r#"[{"info":{"role":"ab\n\u00e9😀漢\ud83d\ude00 0123456789abcdef"}}]"#;
+        let mut roles = Roles::default();
+        assert_eq!(super::scan(text, &mut roles), Ok(true));
+        let Some(Val::Str(s)) = roles.1.first().copied() else {
+            panic!("{:?}", roles.1);
         };
         assert_eq!(s.chars, 7 + 17);
         assert!(s.escaped);
@@ -609,20 +658,16 @@ mod tests {
 
     #[test]
     fn fields_are_recorded_and_duplicates_take_the_last() {
+        let mut roles = Roles::default();
         let doc =
-            scan(r#"[{"info":5,"info":{"role":"user","role":"assistant"},"parts":[]}]"#).unwrap();
-        let Some((start, 1)) = doc.messages() else {
-            panic!()
-        };
-        let Some(Val::Obj(m)) = doc.items.get(start as usize).copied() else {
-            panic!()
-        };
-        let Val::Obj(info) = doc.nodes[m as usize][0] else {
-            panic!()
-        };
-        let Val::Str(role) = doc.nodes[info as usize][0] else {
+            r#"{"messages":[1],"messages":[{"info":5,"info":{"role":"user","role":"assistant"}}]}"#;
+        assert_eq!(super::scan(doc, &mut roles), Ok(true));
+        assert_eq!(roles.0.len(), 1);
+        let Some(Val::Str(role)) = roles.1.first().copied() else {
             panic!()
         };
         assert_eq!(role.end - role.start, 9);
+        assert_eq!(scan(r#"{"messages":[],"messages":3}"#), Ok(false));
+        assert_eq!(scan("3"), Ok(false));
     }
 }
