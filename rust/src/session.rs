@@ -42,8 +42,10 @@ impl Source {
 pub enum SpanKind {
     /// The text itself.
     Plain,
-    /// The inside of a JSON string literal that has backslash escapes.
+    /// The inside of a JSON string literal that has backslash escapes, none of them `\uXXXX`.
     Escaped,
+    /// The inside of a JSON string literal with `\uXXXX` escapes.
+    EscapedUnicode,
     /// A JSON value as written in the document (`state.input` from bytes/str).
     RawJson,
     /// A value already dumped as Python's compact JSON (`state.input` from objects).
@@ -64,6 +66,11 @@ pub struct Span {
 }
 
 impl Span {
+    /// A JSON string literal's inside, to be decoded.
+    pub fn is_escaped(&self) -> bool {
+        matches!(self.kind, SpanKind::Escaped | SpanKind::EscapedUnicode)
+    }
+
     pub const EMPTY: Span = Span {
         start: 0,
         end: 0,

@@ -12,6 +12,9 @@ pub fn prefix_end(s: &str, n: usize) -> usize {
     if n >= s.len() {
         return s.len();
     }
+    if s.as_bytes().get(..n).is_some_and(<[u8]>::is_ascii) {
+        return n;
+    }
     s.char_indices().nth(n).map_or(s.len(), |(at, _)| at)
 }
 
@@ -19,6 +22,11 @@ pub fn prefix_end(s: &str, n: usize) -> usize {
 pub fn suffix_start(s: &str, n: usize) -> usize {
     if n == 0 {
         return s.len();
+    }
+    if let Some(start) = s.len().checked_sub(n) {
+        if s.as_bytes().get(start..).is_some_and(<[u8]>::is_ascii) {
+            return start;
+        }
     }
     s.char_indices().rev().nth(n - 1).map_or(0, |(at, _)| at)
 }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use crate::config::Config;
 use crate::json::dump::{dump_raw, Limited};
-use crate::json::unescape::{push_from, push_prefix};
+use crate::json::unescape::{push_from, push_prefix, push_suffix};
 use crate::session::{Message, Part, Session, Span, SpanKind, ToolCall};
 use crate::text::{
     char_prefix, count_chars, cut_head_only, cut_head_tail, push_head_only_marker,
@@ -99,7 +99,7 @@ impl Out for Write<'_> {
         let span = plan.text;
         let chars = span.chars;
         let raw = session.raw(span);
-        let escaped = span.kind == SpanKind::Escaped;
+        let escaped = span.is_escaped();
         match plan.cut {
             Cut::Full => push_text(session, span, self.0),
             Cut::Marker => self.0.push_str(&config.cleared_marker),
@@ -111,9 +111,7 @@ impl Out for Write<'_> {
             Cut::HeadTail { head, tail } if escaped => {
                 push_prefix(raw, head, self.0);
                 push_head_tail_marker(chars.saturating_sub(head + tail), self.0);
-                if tail > 0 {
-                    push_from(raw, chars.saturating_sub(tail), self.0);
-                }
+                push_suffix(raw, tail, self.0);
             }
             Cut::HeadTail { head, tail } => cut_head_tail(raw, chars, head, tail, self.0),
         }
@@ -123,7 +121,7 @@ impl Out for Write<'_> {
 /// The whole text of a Plain/Escaped span, appended (decoded straight into `out`).
 fn push_text(session: &Session, span: Span, out: &mut String) {
     let raw = session.raw(span);
-    if span.kind == SpanKind::Escaped {
+    if span.is_escaped() {
         push_from(raw, 0, out);
     } else {
         out.push_str(raw);

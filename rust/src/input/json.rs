@@ -136,7 +136,9 @@ impl Source for JsonSource<'_> {
     }
 
     fn long(&mut self, s: Str, _: Loc, _: &str) -> Result<Span, InputError> {
-        let kind = if s.escaped {
+        let kind = if s.unicode {
+            SpanKind::EscapedUnicode
+        } else if s.escaped {
             SpanKind::Escaped
         } else {
             SpanKind::Plain

@@ -22,6 +22,8 @@ pub struct Str {
     pub end: u32,
     pub chars: u32,
     pub escaped: bool,
+    /// has `\uXXXX` escapes (which may spell any character)
+    pub unicode: bool,
 }
 
 /// A recorded value.
@@ -213,6 +215,7 @@ impl<M: OnMessage> Scanner<'_, M> {
         let mut cont = 0usize;
         let mut shrink = 0usize;
         let mut escaped = false;
+        let mut unicode = false;
         loop {
             // Jump to the next quote or backslash (SIMD), then check and measure the plain run
             // before it in one vectorized pass.
@@ -239,31 +242,34 @@ impl<M: OnMessage> Scanner<'_, M> {
                             shrink += 1;
                             i += 2;
                         }
-                        Some(b'u') => match hex4(b, i + 2) {
-                            Some(0xd800..=0xdbff) => {
-                                let low = b.get(i + 6) == Some(&b'\\')
-                                    && b.get(i + 7) == Some(&b'u')
-                                    && matches!(hex4(b, i + 8), Some(0xdc00..=0xdfff));
-                                if !low {
+                        Some(b'u') => {
+                            unicode = true;
+                            match hex4(b, i + 2) {
+                                Some(0xd800..=0xdbff) => {
+                                    let low = b.get(i + 6) == Some(&b'\\')
+                                        && b.get(i + 7) == Some(&b'u')
+                                        && matches!(hex4(b, i + 8), Some(0xdc00..=0xdfff));
+                                    if !low {
+                                        self.i = i;
+                                        return self.fail("lone surrogate in a string escape");
+                                    }
+                                    shrink += 11;
+                                    i += 12;
+                                }
+                                Some(0xdc00..=0xdfff) => {
                                     self.i = i;
                                     return self.fail("lone surrogate in a string escape");
                                 }
-                                shrink += 11;
-                                i += 12;
+                                Some(_) => {
+                                    shrink += 5;
+                                    i += 6;
+                                }
+                                None => {
+                                    self.i = i;
+                                    return self.fail("invalid \\uXXXX escape");
+                                }
                             }
-                            Some(0xdc00..=0xdfff) => {
-                                self.i = i;
-                                return self.fail("lone surrogate in a string escape");
-                            }
-                            Some(_) => {
-                                shrink += 5;
-                                i += 6;
-                            }
-                            None => {
-                                self.i = i;
-                                return self.fail("invalid \\uXXXX escape");
-                            }
-                        },
+                        }
                         _ => {
                             self.i = i;
                             return self.fail("invalid escape");
@@ -289,6 +295,7 @@ impl<M: OnMessage> Scanner<'_, M> {
             end: i as u32,
             chars: u32::try_from(chars).unwrap_or(u32::MAX),
             escaped,
+            unicode,
         })
     }
 

@@ -76,6 +76,11 @@ pub fn unescape(raw: &str) -> String {
     out
 }
 
+/// The last `n` code points of the decoded literal, appended to `out`.
+pub fn push_suffix(raw: &str, n: usize, out: &mut String) {
+    decode_into(raw, suffix_start(raw, n), usize::MAX, out);
+}
+
 /// The first `n` code points of the decoded literal, appended to `out`.
 pub fn push_prefix(raw: &str, n: usize, out: &mut String) {
     decode_into(raw, 0, n, out);
@@ -111,12 +116,11 @@ pub fn push_from(raw: &str, skip: usize, out: &mut String) {
     decode_into(raw, i, usize::MAX, out);
 }
 
-/// Whether byte `pos` of a literal lies inside an escape sequence (after its backslash).
-pub fn inside_escape(raw: &[u8], pos: usize) -> bool {
+/// Where the escape sequence covering byte `pos` of a literal starts (its backslash), when
+/// `pos` lies inside one (after its backslash).
+fn escape_start(raw: &[u8], pos: usize) -> Option<usize> {
     for back in 1..=5usize {
-        let Some(k) = pos.checked_sub(back) else {
-            return false;
-        };
+        let k = pos.checked_sub(back)?;
         if raw.get(k) != Some(&b'\\') {
             continue;
         }
@@ -130,12 +134,51 @@ pub fn inside_escape(raw: &[u8], pos: usize) -> bool {
             .count();
         if run % 2 == 1 {
             let len = if raw.get(k + 1) == Some(&b'u') { 6 } else { 2 };
-            return pos < k + len;
+            return (pos < k + len).then_some(k);
         }
         // k is the second half of `\\`: nothing before it can cover pos.
-        return false;
+        return None;
     }
-    false
+    None
+}
+
+/// Whether byte `pos` of a literal lies inside an escape sequence (after its backslash).
+pub fn inside_escape(raw: &[u8], pos: usize) -> bool {
+    escape_start(raw, pos).is_some()
+}
+
+/// Byte offset in a literal where its last `n` decoded code points start, found walking back
+/// from the end (a cut's tail costs what it keeps, not the whole text).
+pub fn suffix_start(raw: &str, n: usize) -> usize {
+    let bytes = raw.as_bytes();
+    let mut pos = bytes.len();
+    for _ in 0..n {
+        let Some(last) = pos.checked_sub(1) else {
+            return 0;
+        };
+        pos = match escape_start(bytes, last) {
+            Some(k) => {
+                // A low surrogate escape and the high one before it are one code point.
+                let low = bytes.get(k + 1) == Some(&b'u')
+                    && matches!(
+                        hex4(bytes.get(k + 2..).unwrap_or(&[])),
+                        Some(0xdc00..=0xdfff)
+                    );
+                match k.checked_sub(6) {
+                    Some(high) if low && escape_start(bytes, high + 1) == Some(high) => high,
+                    _ => k,
+                }
+            }
+            None => {
+                let mut at = last;
+                while at > 0 && bytes.get(at).is_some_and(|&b| b & 0xc0 == 0x80) {
+                    at -= 1;
+                }
+                at
+            }
+        };
+    }
+    pos
 }
 
 #[cfg(test)]
@@ -154,6 +197,19 @@ mod tests {
             let mut tail = String::new();
             push_from(raw, n, &mut tail);
             let want: String = unescape(raw).chars().skip(n).collect();
+            assert_eq!(tail, want, "{n}");
+        }
+    }
+
+    #[test]
+    fn suffixes_walk_back_over_escapes() {
+        let raw = r#"a\n\"b\\\/\u00e9\ud83d\ude00\t漢"#;
+        let text = unescape(raw);
+        let total = text.chars().count();
+        for n in 0..=total + 1 {
+            let mut tail = String::new();
+            push_suffix(raw, n, &mut tail);
+            let want: String = text.chars().skip(total.saturating_sub(n)).collect();
             assert_eq!(tail, want, "{n}");
         }
     }
