@@ -19,9 +19,10 @@ mod transcript;
 mod utf8;
 
 use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 use crate::config::Config;
 use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
@@ -157,12 +158,26 @@ fn py_parse_json(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<ParsedSess
     Ok(ParsedSession { session })
 }
 
-/// Check and read a list of message dicts, walking the Python objects directly.
+/// The message list of parsed input: a list or tuple, or an export document's `messages`.
+fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
+    if let Some(list) = Seq::of(document) {
+        return Ok(list);
+    }
+    if let Ok(export) = document.cast::<PyDict>() {
+        if let Some(list) = export.get_item(intern!(document.py(), "messages"))? {
+            if let Some(list) = Seq::of(&list) {
+                return Ok(list);
+            }
+        }
+    }
+    Err(InputError::new("messages", TOP_LEVEL).into())
+}
+
+/// Check and read a list of message dicts (or an export document), walking the Python objects
+/// directly.
 #[pyfunction(name = "from_objects")]
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
-    let Some(list) = Seq::of(messages) else {
-        return Err(InputError::new("messages", TOP_LEVEL).into());
-    };
+    let list = message_list(messages)?;
     let mut src = PySource {
         py: messages.py(),
         arena: String::new(),
