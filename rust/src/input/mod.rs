@@ -196,7 +196,9 @@ pub fn read_message<S: Source>(
         Kind::Array(list) => list,
         _ => return Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into()),
     };
-    let summary = src.is_true(&src.get(&info, Field::Summary)?);
+    // Only an assistant message can be a compaction summary: nobody else's is read.
+    let summary =
+        role.as_deref() == Some("assistant") && src.is_true(&src.get(&info, Field::Summary)?);
     let first = parts.len();
     let mut markers = Vec::new();
     let mut last_tool_name: Option<SmallStr> = None;
