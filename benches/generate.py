@@ -325,10 +325,9 @@ def _tool_step(g: _Gen, mid: str, compacted: bool, final: bool) -> list[dict[str
 def _small_parts_step(g: _Gen, mid: str, compacted: bool, final: bool) -> list[dict[str, Any]]:
     parts = [g.part(mid, {"type": "reasoning", "text": g.prose(12)}), g.text_part(mid, 15)]
     names = ("read", "grep", "glob", "bash", "edit")
-    for _ in range(g.rng.randint(6, 10)):
+    for _ in range(g.rng.randint(7, 10)):
         parts.append(g.tool(mid, False, names, g.rng.randint(50, 300)))
-        if g.rng.random() < 0.5:
-            parts.append(g.part(mid, {"type": "reasoning", "text": g.prose(6)}))
+        parts.append(g.part(mid, {"type": "reasoning", "text": g.prose(6)}))
     parts.append(g.part(mid, {"type": "patch", "hash": "0f3a9d1", "files": [f"{CWD}/a.py"]}))
     parts.append(g.part(mid, {"type": "file", "mime": "text/plain", "url": f"file://{CWD}/a"}))
     parts.append(g.part(mid, {"type": "agent", "name": "general"}))
