@@ -7,7 +7,7 @@ metadata, step-finish), and a final text step. Each shape stresses one side of t
 - ``mixed``: bash/read/grep/edit calls with 0.04-58 KB outputs (a few non-ASCII words), failed
   calls, pruned outputs (``state.time.compacted``), one compaction with ``tail_start_id`` at 60 %
 - ``text_heavy``: long user and assistant texts, a tool call in one step of ten
-- ``tool_ascii``: 1-2 read/grep/glob/list/webfetch calls per step, 0.4-30 KB ASCII outputs without
+- ``tool_ascii``: 1-2 read/grep/glob/list/webfetch calls per step, 0.3-20 KB ASCII outputs without
   any error word (head-only cuts after a full pattern search)
 - ``tool_errors``: the same with error words on every line of every output
 - ``non_ascii``: CJK, emoji and combining marks in texts, outputs and parameters

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain, compress
 from typing import Any
 
 from ..compaction import CompactionView
@@ -224,6 +225,23 @@ def _number(obj: dict[str, Any], key: str, where: str) -> float | int | None:
     raise _Invalid(f"{where}.{key}", "expected a number")
 
 
+_STR_TYPE = frozenset({str})
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def check_input(value: Any, where: str) -> None:
+    """`state.input` of caller objects. The common case, a flat object of str keys and JSON
+    scalars, is checked with C-level calls only (types as sets, all its strings as one);
+    anything else gets the full walk of `check_json_value`, which names the fault."""
+    if type(value) is dict:
+        values = value.values()
+        if _STR_TYPE.issuperset(map(type, value)) and _SCALAR_TYPES.issuperset(map(type, values)):
+            strings = compress(values, map(_STR_TYPE.__contains__, map(type, values)))
+            if surrogate_free("".join(chain(value, strings))):
+                return
+    check_json_value(value, where)
+
+
 def check_json_value(value: Any, where: str, level: int = 0) -> None:
     """`state.input` must be plain JSON (str keys) nested at most MAX_INPUT_DEPTH levels.
 
@@ -420,7 +438,7 @@ def _read_tool(part: dict[str, Any], parsed: bool) -> ToolCall:
         if parsed:
             check_parsed_input(state["input"], ".state.input")
         else:
-            check_json_value(state["input"], ".state.input")
+            check_input(state["input"], ".state.input")
     if status == "completed":
         output = state.get("output")
         if not (type(output) is str and (parsed or output.isascii())):
