@@ -7,7 +7,7 @@ metadata, step-finish), and a final text step. Each shape stresses one side of t
 - ``mixed``: bash/read/grep/edit calls with 0.04-58 KB outputs (a few non-ASCII words), failed
   calls, pruned outputs (``state.time.compacted``), one compaction with ``tail_start_id`` at 60 %
 - ``text_heavy``: long user and assistant texts, a tool call in one step of ten
-- ``tool_ascii``: 1-2 read/grep/glob/list/webfetch calls per step, 0.4-30 KB ASCII outputs without
+- ``tool_ascii``: 1-2 read/grep/glob/list/webfetch calls per step, 0.3-20 KB ASCII outputs without
   any error word (head-only cuts after a full pattern search)
 - ``tool_errors``: the same with error words on every line of every output
 - ``non_ascii``: CJK, emoji and combining marks in texts, outputs and parameters
@@ -325,10 +325,9 @@ def _tool_step(g: _Gen, mid: str, compacted: bool, final: bool) -> list[dict[str
 def _small_parts_step(g: _Gen, mid: str, compacted: bool, final: bool) -> list[dict[str, Any]]:
     parts = [g.part(mid, {"type": "reasoning", "text": g.prose(12)}), g.text_part(mid, 15)]
     names = ("read", "grep", "glob", "bash", "edit")
-    for _ in range(g.rng.randint(6, 10)):
+    for _ in range(g.rng.randint(7, 10)):
         parts.append(g.tool(mid, False, names, g.rng.randint(50, 300)))
-        if g.rng.random() < 0.5:
-            parts.append(g.part(mid, {"type": "reasoning", "text": g.prose(6)}))
+        parts.append(g.part(mid, {"type": "reasoning", "text": g.prose(6)}))
     parts.append(g.part(mid, {"type": "patch", "hash": "0f3a9d1", "files": [f"{CWD}/a.py"]}))
     parts.append(g.part(mid, {"type": "file", "mime": "text/plain", "url": f"file://{CWD}/a"}))
     parts.append(g.part(mid, {"type": "agent", "name": "general"}))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from asyncagents import ForkConfig, ForkContext, build_fork_context
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -272,9 +271,6 @@ def test_engines_agree_on_json_and_json_equals_dicts(msgs, cfg, ensure_ascii, as
     check_invariants(rust, msgs, cfg)
 
 
-#: Until the rust branch's legacy fix (a state without status is legacy) is merged, the Rust
-#: engine gives such calls the 500-char limit; remove this mark after merging it.
-@pytest.mark.xfail(strict=False, reason="Rust engine: legacy rule fix not merged yet")
 @SETTINGS
 @given(LEGACY_SESSION, config(), st.booleans())
 def test_engines_agree_on_legacy_calls(msgs, cfg, as_json):

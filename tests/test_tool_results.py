@@ -527,21 +527,8 @@ def test_cuts_count_code_points_and_never_split_them(fork, unit):
 
 # --- legacy calls: a state without a status ------------------------------------------------------
 
-#: The Rust engine treats only a stateless tool part as legacy until the rust branch's fix is
-#: merged; these tests must then pass on both engines (strict: an unexpected pass fails).
-RUST_LEGACY_PENDING = pytest.mark.xfail(
-    strict=True, reason="Rust engine: legacy rule for a state without status not merged yet"
-)
 
-
-@pytest.fixture
-def legacy_fork(fork, engine, request):
-    if engine == "rust":
-        request.applymarker(RUST_LEGACY_PENDING)
-    return fork
-
-
-def test_legacy_call_with_input_takes_the_tier_of_the_next_tool_result(legacy_fork):
+def test_legacy_call_with_input_takes_the_tier_of_the_next_tool_result(fork):
     params = {"pattern": filler(700)}
     as_json = '{"pattern":"' + filler(700) + '"}'
     older, newer = filler(600, 1), filler(3_500, 2)
@@ -557,7 +544,7 @@ def test_legacy_call_with_input_takes_the_tier_of_the_next_tool_result(legacy_fo
             tool("bash", state={"input": params}),  # no tool_result after it: 500
         )
     ]
-    ctx = legacy_fork(msgs, config)
+    ctx = fork(msgs, config)
     assert ctx.context == framed(
         block(
             "Agent",
@@ -573,7 +560,7 @@ def test_legacy_call_with_input_takes_the_tier_of_the_next_tool_result(legacy_fo
     assert (s.truncated_results, s.head_tail_applied) == (2, 0)
 
 
-def test_legacy_call_tier_follows_the_numbering_across_messages(legacy_fork):
+def test_legacy_call_tier_follows_the_numbering_across_messages(fork):
     params = {"command": "y" * 300}
     as_json = '{"command":"' + "y" * 300 + '"}'
     config = ForkConfig(tier1_count=1, tier2_count=1)
@@ -582,7 +569,7 @@ def test_legacy_call_tier_follows_the_numbering_across_messages(legacy_fork):
         assistant("msg_2", tool("bash", state={"input": params}), tool_result("b")),  # tier 2
         assistant("msg_3", tool("bash", state={"input": params}), tool_result("c")),  # tier 1
     ]
-    ctx = legacy_fork(msgs, config)
+    ctx = fork(msgs, config)
     assert ctx.context == framed(
         block("Agent", "[Tool: bash] " + as_json[:100] + "...", "[Tool result]\na"),
         block("Agent", "[Tool: bash] " + as_json[:200] + "...", "[Tool result]\nb"),
