@@ -793,3 +793,23 @@ def test_random_str_input(data):
     same_outcome(data)
     same_outcome("[" + data + "]")
     same_outcome('[{"info":{},"parts":[{"type":"text","text":"' + data + '"}]}]')
+
+
+class _Uncomparable:
+    """A value that fails when compared: it must meet the type checks, never a comparison."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("field", ["role", "id", "parentID"])
+def test_odd_objects_get_the_type_error_not_a_crash(engine, field):
+    marker = {"type": "compaction", "tail_start_id": "msg_0"}
+    msgs = [
+        {"info": {"id": "msg_0", "role": "user"}, "parts": [OK_PART]},
+        {"info": {"id": "msg_1", "role": "user"}, "parts": [marker]},
+        {"info": {"role": "assistant", "summary": True, field: _Uncomparable()}, "parts": []},
+    ]
+    check(msgs, engine, f"messages[2].info.{field}", "expected a string")

@@ -2,8 +2,9 @@
 
 Every check of docs/pipeline-contract.md lives here, in the order the contract fixes, so that
 the Rust engine can be held to the same path and detail for every malformed input. One pass over
-the messages checks everything and keeps only what the later stages read; large strings are
-kept by reference, never copied, and parameters stay unserialised until a message is rendered.
+the messages checks everything and keeps only what the later stages read, for the messages
+stage 1 keeps; large strings are kept by reference, never copied, and parameters stay
+unserialised until a message is rendered.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Message:
 
 class ParsedMessages(list[Any]):
     """A message list that `load_json` parsed: its strings are known to hold no lone
-    surrogate (the document was checked as a whole), so `read_session` does not look again."""
+    surrogate (the document was checked as a whole), so `read_messages` does not look again."""
 
 
 class _Invalid(Exception):
@@ -289,34 +290,42 @@ def dump_input(value: Any) -> str:
 def compaction_view(messages: Sequence[Any]) -> CompactionView:
     """The sparse view stage 1 reads, from a light pass that checks nothing: `read_messages`
     checks every message afterwards, so the view is used only when it was read from valid
-    messages, and stage 1 can decide which messages need a record before they are read."""
-    ids: list[Any] = []
-    markers: list[tuple[int, Any, list[Any]]] = []
-    summaries: list[tuple[int, Any]] = []
+    messages, and stage 1 can decide which messages need a record before they are read.
+    Values of the wrong type are taken as absent here (never compared), so odd input reaches
+    the checks instead of failing in this pass."""
+    ids: list[str | None] = []
+    markers: list[tuple[int, str | None, list[str | None]]] = []
+    summaries: list[tuple[int, str | None]] = []
     for i, raw in enumerate(messages):
         info = raw.get("info") if isinstance(raw, dict) else None
         if not isinstance(info, dict):
             ids.append(None)
             continue
-        msg_id = info.get("id")
+        msg_id = _str_or_none(info.get("id"))
         ids.append(msg_id)
         role = info.get("role")
+        if not isinstance(role, str):
+            continue
         if role == "user":
             parts = raw.get("parts")
             if isinstance(parts, list | tuple):
                 tails = [
-                    part.get("tail_start_id")
+                    _str_or_none(part.get("tail_start_id"))
                     for part in parts
-                    if isinstance(part, dict) and part.get("type") == "compaction"
+                    if isinstance(part, dict) and _str_or_none(part.get("type")) == "compaction"
                 ]
                 if tails:
                     markers.append((i, msg_id, tails))
         elif role == "assistant" and info.get("summary") is True:
-            summaries.append((i, info.get("parentID")))
+            summaries.append((i, _str_or_none(info.get("parentID"))))
     return CompactionView(len(ids), markers, summaries, _index_in(ids))
 
 
-def _index_in(ids: list[Any]) -> Callable[[str], int | None]:
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _index_in(ids: list[str | None]) -> Callable[[str], int | None]:
     """`index_of` of the compaction view: first message with this id (C-level `list.index`)."""
 
     def index_of(msg_id: str) -> int | None:
