@@ -1,16 +1,13 @@
-"""Run the fork benchmarks (or read pytest-benchmark's JSON) and print a Markdown report:
-medians per size, engine and input form, the reference/Rust ratio, 20k/2k scaling, and the peak
-memory of the bytes path relative to the input size.
+"""Markdown report of the fork benchmarks (`test_bench_fork.py`) from pytest-benchmark's JSON:
+every session shape at 200 / 2,000 / 20,000 messages, Rust against the reference
+(``engine="python"``) from dicts and from JSON bytes, the plain yardstick, and each target of
+issue 8 with whether it is met. Without a JSON file it runs the benchmarks first.
 
-Memory is measured in a fresh subprocess per (size, engine): the peak resident set (``VmHWM`` of
-/proc/self/status; ``ru_maxrss`` where there is no /proc) after the input bytes are loaded, and
-again after ``build_fork_context``; the difference is the pipeline's own peak. (tracemalloc would
-miss the Rust allocations; ``ru_maxrss`` alone would carry over the parent's peak across exec.)
-
-    python benches/report.py                       # run everything (a few minutes)
-    python benches/report.py --json bench.json     # report on an earlier --benchmark-json run
-    python benches/report.py --smoke --no-memory   # 200 messages only
-    python benches/report.py --tasks               # the task manager benchmarks
+    python -m pytest benches/test_bench_fork.py -q -p no:cacheprovider --benchmark-enable \
+        --benchmark-json=fork-bench.json
+    python benches/report.py fork-bench.json     # the README tables
+    python benches/report.py                     # run, then report (about 12 minutes)
+    python benches/report.py --tasks tasks.json  # the task manager benchmarks instead
 """
 
 from __future__ import annotations
@@ -21,39 +18,39 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+SHAPE_ORDER = (
+    "mixed",
+    "text_heavy",
+    "tool_ascii",
+    "tool_errors",
+    "non_ascii",
+    "small_parts",
+    "huge_output",
+    "deep_compaction",
+    "legacy",
+)
+SIZES = (200, 2_000, 20_000)
+BENCH_COMMAND = (
+    "PYTHONPATH=$PWD/python python3 -m pytest benches/test_bench_fork.py -q -p no:cacheprovider"
+    " --benchmark-enable --benchmark-json=fork-bench.json"
+)
 
-MEMORY_CHILD = """
-import resource, sys
-from asyncagents import build_fork_context
-
-def peak_kb():
-    # VmHWM: this process's peak RSS (reset at exec, unlike ru_maxrss, which a child inherits)
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-path, engine = sys.argv[1], sys.argv[2]
-with open(path, "rb") as f:
-    data = f.read()
-build_fork_context(b"[]", engine=engine)  # loads the engine: a one-time cost
-before = peak_kb()
-ctx = build_fork_context(data, engine=engine)
-after = peak_kb()
-print(before, after, len(data), ctx.stats.total_chars)
-"""
+#: issue 8's targets
+DICTS_RATIO = 15.0
+BYTES_RATIO = 10.0
+SCALING = 12.0
+MEMORY = 1.5
+SMALL_DICTS_S = 0.12e-3
 
 
 def run_benchmarks(out: Path, smoke: bool, module: str = "test_bench_fork.py") -> None:
     env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), env.get("PYTHONPATH")]))
     if smoke:
         env["ASYNCAGENTS_BENCH_SMOKE"] = "1"
     cmd = [
@@ -70,28 +67,38 @@ def run_benchmarks(out: Path, smoke: bool, module: str = "test_bench_fork.py") -
     subprocess.run(cmd, check=True, cwd=ROOT, env=env)
 
 
-def load_medians(path: Path, cache: str = "hot") -> dict[tuple[int, str, str], float]:
-    """Medians by (messages, engine, form) of the hot (`test_fork`) or cold-cache runs."""
-    data = json.loads(path.read_text())
-    medians = {}
-    for bench in data["benchmarks"]:
-        info = bench["extra_info"]
-        if info.get("cache", "hot") != cache:
-            continue
-        medians[(info["messages"], info["engine"], info["form"])] = bench["stats"]["median"]
-    return medians
+class Results:
+    """Medians (s) and memory of one `test_bench_fork.py` JSON run, by case."""
+
+    def __init__(self, path: Path) -> None:
+        self.median: dict[tuple[str, int, str, str, str], float] = {}
+        self.growth: dict[tuple[str, int], float] = {}
+        self.input_bytes: dict[tuple[str, int], int] = {}
+        for bench in json.loads(path.read_text())["benchmarks"]:
+            info = bench["extra_info"]
+            if "shape" not in info:
+                continue
+            shape, n = info["shape"], info["messages"]
+            cache = info.get("cache", "hot")
+            if "input_bytes" in info:
+                self.input_bytes[shape, n] = info["input_bytes"]
+            if cache == "memory":
+                self.growth[shape, n] = info["peak_growth_bytes"] / info["input_bytes"]
+                continue
+            key = (shape, n, info["engine"], info["form"], cache)
+            self.median[key] = bench["stats"]["median"]
+
+    def get(self, shape: str, n: int, engine: str, form: str, cache: str = "hot") -> float | None:
+        return self.median.get((shape, n, engine, form, cache))
+
+    def shapes(self) -> list[str]:
+        found = {key[0] for key in self.input_bytes}
+        return [s for s in SHAPE_ORDER if s in found] + sorted(found - set(SHAPE_ORDER))
 
 
-def input_sizes(path: Path) -> dict[int, int]:
-    data = json.loads(path.read_text())
-    return {
-        b["extra_info"]["messages"]: b["extra_info"]["input_bytes"]
-        for b in data["benchmarks"]
-        if "input_bytes" in b["extra_info"]
-    }
-
-
-def fmt_time(seconds: float) -> str:
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} µs"
     if seconds < 1:
@@ -99,77 +106,123 @@ def fmt_time(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
-def timing_table(medians: dict[tuple[int, str, str], float], sizes: dict[int, int]) -> str:
+def ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den else None
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}x"
+
+
+def verdict(value: float | None, ok: Callable[[float], bool], text: str) -> str:
+    if value is None:
+        return "not measured"
+    return f"**met** ({text})" if ok(value) else f"**not met** ({text})"
+
+
+def timing_table(r: Results) -> str:
     lines = [
-        "| messages | input | form | Rust median | reference median | reference / Rust |",
-        "|---:|---:|---|---:|---:|---:|",
+        "| shape | messages | input | Rust, dicts | reference, dicts | ref / Rust"
+        " | Rust, bytes | reference, bytes | ref / Rust | plain, dicts | plain, bytes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n in sorted(sizes):
-        for form in ("dicts", "bytes"):
-            rust = medians.get((n, "rust", form))
-            ref = medians.get((n, "python", form))
-            if rust is None or ref is None:
+    for shape in r.shapes():
+        for n in SIZES:
+            if (shape, n) not in r.input_bytes:
                 continue
-            lines.append(
-                f"| {n:,} | {sizes[n] / 1e6:.1f} MB | {form} | {fmt_time(rust)} | {fmt_time(ref)}"
-                f" | {ref / rust:.1f}x |"
-            )
+            row = [f"`{shape}`", f"{n:,}", f"{r.input_bytes[shape, n] / 1e6:.1f} MB"]
+            for form in ("dicts", "bytes"):
+                rust, ref = r.get(shape, n, "rust", form), r.get(shape, n, "python", form)
+                row += [fmt_time(rust), fmt_time(ref), fmt_ratio(ratio(ref, rust))]
+            row += [fmt_time(r.get(shape, n, "plain", form)) for form in ("dicts", "bytes")]
+            lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
-def scaling_table(
-    hot: dict[tuple[int, str, str], float], cold: dict[tuple[int, str, str], float]
-) -> str:
+def targets_table(r: Results) -> str:
     lines = [
-        "| engine | form | 20k / 2k, warm cache | 20k / 2k, caches emptied before each call |",
-        "|---|---|---:|---:|",
+        f"| shape | dicts, 2,000: Rust ≥ {DICTS_RATIO:.0f}x reference"
+        f" | bytes, 2,000: Rust ≥ {BYTES_RATIO:.0f}x json.loads + reference"
+        f" | Rust 20k / 2k ≤ {SCALING:.0f}x, caches emptied (dicts; bytes)"
+        f" | bytes path peak memory ≤ {MEMORY}x input (2,000; 20,000)"
+        " | Rust from dicts, 200 messages ≤ 0.12 ms |",
+        "|---|---|---|---|---|---|",
     ]
-
-    def ratio(medians: dict[tuple[int, str, str], float], engine: str, form: str) -> str:
-        big, small = medians.get((20_000, engine, form)), medians.get((2_000, engine, form))
-        if not big or not small:
-            return "-"
-        return f"{big / small:.1f}x ({fmt_time(small)} → {fmt_time(big)})"
-
-    for engine in ("rust", "python"):
-        for form in ("dicts", "bytes"):
-            name = "Rust" if engine == "rust" else "reference"
-            lines.append(
-                f"| {name} | {form} | {ratio(hot, engine, form)} | {ratio(cold, engine, form)} |"
+    for shape in r.shapes():
+        cells = [f"`{shape}`"]
+        for form, target in (("dicts", DICTS_RATIO), ("bytes", BYTES_RATIO)):
+            value = ratio(r.get(shape, 2_000, "python", form), r.get(shape, 2_000, "rust", form))
+            cells.append(verdict(value, lambda v, t=target: v >= t, fmt_ratio(value)))
+        scaling = [
+            ratio(
+                r.get(shape, 20_000, "rust", form, "cold"),
+                r.get(shape, 2_000, "rust", form, "cold"),
             )
+            for form in ("dicts", "bytes")
+        ]
+        worst = max(scaling) if None not in scaling else None  # type: ignore[type-var]
+        cells.append(verdict(worst, lambda v: v <= SCALING, "; ".join(map(fmt_ratio, scaling))))
+        growth = [r.growth.get((shape, n)) for n in (2_000, 20_000)]
+        worst = max(growth) if None not in growth else None  # type: ignore[type-var]
+        text = "; ".join("-" if g is None else f"{g:.2f}x" for g in growth)
+        cells.append(verdict(worst, lambda v: v <= MEMORY, text))
+        small = r.get(shape, 200, "rust", "dicts")
+        cells.append(verdict(small, lambda v: v <= SMALL_DICTS_S, fmt_time(small)))
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def memory_table(sizes: list[int]) -> str:
+def yardstick_table(r: Results) -> str:
     lines = [
-        "| messages | input | engine | peak RSS growth | growth / input |",
-        "|---:|---:|---|---:|---:|",
+        "| shape | messages | reference / plain, dicts | reference / plain, bytes |",
+        "|---|---:|---:|---:|",
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in sizes:
-            path = Path(tmp) / f"session_{n}.json"
-            # generated in a subprocess, so that this process stays small
-            subprocess.run(
-                [sys.executable, str(HERE / "generate.py"), str(n), "--out", str(path)],
-                check=True,
-                capture_output=True,
-            )
-            for engine in ("rust", "python"):
-                out = subprocess.run(
-                    [sys.executable, "-c", MEMORY_CHILD, str(path), engine],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                    cwd=ROOT,
-                ).stdout.split()
-                before_kb, after_kb, size = int(out[0]), int(out[1]), int(out[2])
-                growth = (after_kb - before_kb) * 1024
-                name = "Rust" if engine == "rust" else "reference (json.loads + Python)"
-                lines.append(
-                    f"| {n:,} | {size / 1e6:.1f} MB | {name} | {growth / 1e6:.1f} MB"
-                    f" | {growth / size:.2f}x |"
-                )
+    for shape in r.shapes():
+        for n in SIZES:
+            cells = [
+                fmt_ratio(ratio(r.get(shape, n, "python", form), r.get(shape, n, "plain", form)))
+                for form in ("dicts", "bytes")
+            ]
+            if cells != ["-", "-"]:
+                lines.append(f"| `{shape}` | {n:,} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
+
+
+def fixed_cost_line(path: Path) -> str:
+    data = json.loads(path.read_text())
+    cost: dict[tuple[str, str], float] = {}
+    for bench in data["benchmarks"]:
+        info = bench["extra_info"]
+        if bench.get("group") == "fork-fixed":
+            cost[info["engine"], info["form"]] = bench["stats"]["median"]
+    if not cost:
+        return ""
+    parts = [
+        f"{name} {fmt_time(cost.get((engine, 'dicts')))} from dicts,"
+        f" {fmt_time(cost.get((engine, 'bytes')))} from bytes"
+        for engine, name in (("rust", "Rust"), ("python", "reference"), ("plain", "plain"))
+    ]
+    return "Fixed cost, a 10-message session (`fork-fixed`): " + "; ".join(parts) + "."
+
+
+def fork_report(path: Path) -> str:
+    r = Results(path)
+    out = [
+        "### Fork pipeline: every shape\n",
+        "Median wall time of `build_fork_context` on the sessions of `benches/generate.py`."
+        ' Reference = `engine="python"` (from bytes: `json.loads` + the Python pipeline);'
+        " plain = `benches/plain_fork.py`, a plain single-pass yardstick with no input checks."
+        f" Produced by `{BENCH_COMMAND}` and `python3 benches/report.py fork-bench.json`.\n",
+        timing_table(r),
+        "\n### Targets\n",
+        targets_table(r),
+    ]
+    fixed = fixed_cost_line(path)
+    if fixed:
+        out.append("\n" + fixed)
+    out += ["\n### Reference against the plain yardstick (≤ 1.0x: the reference is as fast)\n"]
+    out.append(yardstick_table(r))
+    return "\n".join(out)
 
 
 def tasks_tables(path: Path) -> str:
@@ -216,56 +269,23 @@ def tasks_tables(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Markdown report of the fork benchmarks")
-    parser.add_argument(
-        "--json", type=Path, help="pytest-benchmark JSON to read instead of running"
-    )
-    parser.add_argument("--smoke", action="store_true", help="200 messages only")
-    parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    parser.add_argument("json", nargs="?", type=Path, help="pytest-benchmark JSON to report on")
+    parser.add_argument("--smoke", action="store_true", help="run 200 messages only")
     parser.add_argument(
         "--tasks", action="store_true", help="the task manager benchmarks instead of the fork ones"
     )
     args = parser.parse_args(argv)
-
+    module = "test_bench_tasks.py" if args.tasks else "test_bench_fork.py"
+    path = args.json
+    if path is None:
+        path = Path(tempfile.mkdtemp()) / "bench.json"
+        run_benchmarks(path, args.smoke, module)
     if args.tasks:
-        path = args.json or Path(tempfile.mkdtemp()) / "bench.json"
-        if not args.json:
-            run_benchmarks(path, args.smoke, "test_bench_tasks.py")
         print("## Task manager benchmarks\n")
         print(tasks_tables(path))
         return
-
-    if args.json:
-        path = args.json
-    else:
-        path = Path(tempfile.mkdtemp()) / "bench.json"
-        run_benchmarks(path, args.smoke)
-    medians = load_medians(path)
-    cold = load_medians(path, "cold")
-    sizes = input_sizes(path)
-
-    print("## Fork pipeline benchmarks\n")
-    print(
-        "Median wall time of `build_fork_context` on generated OpenCode sessions "
-        '(`benches/generate.py`); reference = `engine="python"` '
-        "(from bytes: `json.loads` + the Python pipeline).\n"
-    )
-    print(timing_table(medians, sizes))
-    if (20_000, "rust", "dicts") in medians:
-        print("\n### Scaling\n")
-        print(
-            "Linear is 10x. With a warm cache, repeated calls on the 10 MB session find it in "
-            "the cache, while the 100 MB one never fits. The second column empties every cache "
-            "level before each call (`test_fork_cold`).\n"
-        )
-        print(scaling_table(medians, cold))
-    if not args.no_memory:
-        print("\n### Peak memory, bytes input\n")
-        print(
-            "Peak RSS growth (`VmHWM`) during the call, in a fresh subprocess per row, measured "
-            "after the input bytes are loaded and after one call on an empty session has loaded "
-            "the engine's modules (tracemalloc would not see the Rust allocations).\n"
-        )
-        print(memory_table(sorted(sizes)))
+    print(f"To produce the JSON: `{BENCH_COMMAND}`\n")
+    print(fork_report(path))
 
 
 if __name__ == "__main__":

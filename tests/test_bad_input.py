@@ -518,15 +518,26 @@ def test_surrogate_pair_escapes_are_fine(engine):
     assert build_fork_context(data, engine=engine).context == framed(block("User", "😀 é"))
 
 
-def doc_with_depth(total: int) -> bytes:
-    """A document whose deepest container is at level `total` (the top array is level 1)."""
-    inner = nested(total - 3)  # [ { "info": { "x": <inner> } } ]: 3 levels before it
+def doc_with_depth(total: int, leaf: Any = 0) -> bytes:
+    """A document whose deepest container is at level `total` (the top array is level 1);
+    a container `leaf` counts as the deepest level itself."""
+    if isinstance(leaf, dict | list):
+        inner = nested(total - 4, leaf)
+    else:
+        inner = nested(total - 3, leaf)  # [ { "info": { "x": <inner> } } ]: 3 levels before it
     return json.dumps([{"info": {"x": inner}, "parts": []}]).encode()
 
 
 def test_document_at_128_levels_is_fine(engine):
     ctx = build_fork_context(doc_with_depth(128), engine=engine)
     assert ctx.context == framed(block("Unknown"))
+
+
+@pytest.mark.parametrize("leaf", [{}, {"k": 1}, {"k": "v", "n": None}, []], ids=repr)
+def test_document_depth_counts_a_leaf_container_at_the_bottom(engine, leaf):
+    # 128 levels with the leaf container as the deepest: fine; one level more: too deep
+    assert build_fork_context(doc_with_depth(128, leaf), engine=engine).context
+    check(doc_with_depth(129, leaf), engine, "json", "nested deeper than 128 levels")
 
 
 def test_document_deeper_than_128_levels(engine):
@@ -782,3 +793,23 @@ def test_random_str_input(data):
     same_outcome(data)
     same_outcome("[" + data + "]")
     same_outcome('[{"info":{},"parts":[{"type":"text","text":"' + data + '"}]}]')
+
+
+class _Uncomparable:
+    """A value that fails when compared: it must meet the type checks, never a comparison."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("field", ["role", "id", "parentID"])
+def test_odd_objects_get_the_type_error_not_a_crash(engine, field):
+    marker = {"type": "compaction", "tail_start_id": "msg_0"}
+    msgs = [
+        {"info": {"id": "msg_0", "role": "user"}, "parts": [OK_PART]},
+        {"info": {"id": "msg_1", "role": "user"}, "parts": [marker]},
+        {"info": {"role": "assistant", "summary": True, field: _Uncomparable()}, "parts": []},
+    ]
+    check(msgs, engine, f"messages[2].info.{field}", "expected a string")

@@ -107,6 +107,28 @@ def tool_part(draw: st.DrawFn) -> dict:
     return drop_ellipsis(part)
 
 
+@st.composite
+def legacy_call(draw: st.DrawFn) -> list[dict]:
+    """The older shape: a `tool` part whose state has `input` and no `status`, its output in the
+    `tool_result` part that follows (sometimes missing, empty, or after another call)."""
+    long_input = st.builds(lambda s, n: {"command": s * n}, PIECE.filter(bool), st.integers(1, 300))
+    value = draw(JSON_VALUE | long_input)
+    state = drop_ellipsis({"input": value, "status": draw(maybe(st.none())), "x": 1})
+    call = drop_ellipsis({"type": "tool", "tool": draw(maybe(st.sampled_from(["bash", "read"])))})
+    call["state"] = state
+    results = draw(
+        st.lists(
+            st.builds(
+                lambda t, tool: drop_ellipsis({"type": "tool_result", "text": t, "tool": tool}),
+                TEXT,
+                maybe(st.sampled_from(["grep", "exec"])),
+            ),
+            max_size=2,
+        )
+    )
+    return [call, *results]
+
+
 PART = st.one_of(
     st.builds(
         lambda t, ignored, synthetic: drop_ellipsis(
@@ -178,6 +200,16 @@ SESSION = st.lists(message(), max_size=12)
 
 
 @st.composite
+def legacy_message(draw: st.DrawFn) -> dict:
+    """An assistant message of older-shape calls mixed with ordinary parts."""
+    groups = draw(st.lists(legacy_call() | PART.map(lambda p: [p]), min_size=1, max_size=5))
+    return {"info": {"role": "assistant"}, "parts": [p for group in groups for p in group]}
+
+
+LEGACY_SESSION = st.lists(legacy_message() | message(), min_size=1, max_size=10)
+
+
+@st.composite
 def config(draw: st.DrawFn) -> ForkConfig | None:
     if draw(st.booleans()):
         return None
@@ -236,6 +268,15 @@ def test_engines_agree_on_json_and_json_equals_dicts(msgs, cfg, ensure_ascii, as
     python = run(data, cfg, "python")
     assert rust == python
     assert run(msgs, cfg, "python") == python
+    check_invariants(rust, msgs, cfg)
+
+
+@SETTINGS
+@given(LEGACY_SESSION, config(), st.booleans())
+def test_engines_agree_on_legacy_calls(msgs, cfg, as_json):
+    data = json.dumps(msgs).encode() if as_json else msgs
+    rust = run(data, cfg, "rust")
+    assert rust == run(data, cfg, "python")
     check_invariants(rust, msgs, cfg)
 
 

@@ -523,3 +523,78 @@ def test_cuts_count_code_points_and_never_split_them(fork, unit):
         ),
     )
     assert ctx.stats.total_chars == len(ctx.context)
+
+
+# --- legacy calls: a state without a status ------------------------------------------------------
+
+
+def test_legacy_call_with_input_takes_the_tier_of_the_next_tool_result(fork):
+    params = {"pattern": filler(700)}
+    as_json = '{"pattern":"' + filler(700) + '"}'
+    older, newer = filler(600, 1), filler(3_500, 2)
+    config = ForkConfig(tier1_count=0, tier2_count=1)  # newest result tier 2, the rest tier 3
+    msgs = [
+        assistant(
+            "msg_1",
+            tool("grep", state={"input": params}),
+            tool_result(older),  # index 1: tier 3, name from the grep call
+            tool("read", state={"input": params, "status": None, "title": "r"}),
+            tool_result(""),  # no result: skipped when looking for the next one
+            tool_result(newer),  # index 0: tier 2
+            tool("bash", state={"input": params}),  # no tool_result after it: 500
+        )
+    ]
+    ctx = fork(msgs, config)
+    assert ctx.context == framed(
+        block(
+            "Agent",
+            "[Tool: grep] " + as_json[:100] + "...",
+            "[Tool result]\n" + head_only(older, 500),
+            "[Tool: read] " + as_json[:200] + "...",
+            "[Tool result]\n" + head_only(newer, 3_000),
+            "[Tool: bash] " + as_json[:500] + "...",
+        )
+    )
+    s = ctx.stats
+    assert (s.tier_distribution.tier2, s.tier_distribution.tier3) == (1, 1)
+    assert (s.truncated_results, s.head_tail_applied) == (2, 0)
+
+
+def test_legacy_call_tier_follows_the_numbering_across_messages(fork):
+    params = {"command": "y" * 300}
+    as_json = '{"command":"' + "y" * 300 + '"}'
+    config = ForkConfig(tier1_count=1, tier2_count=1)
+    msgs = [
+        assistant("msg_1", tool("bash", state={"input": params}), tool_result("a")),  # tier 3
+        assistant("msg_2", tool("bash", state={"input": params}), tool_result("b")),  # tier 2
+        assistant("msg_3", tool("bash", state={"input": params}), tool_result("c")),  # tier 1
+    ]
+    ctx = fork(msgs, config)
+    assert ctx.context == framed(
+        block("Agent", "[Tool: bash] " + as_json[:100] + "...", "[Tool result]\na"),
+        block("Agent", "[Tool: bash] " + as_json[:200] + "...", "[Tool result]\nb"),
+        block("Agent", "[Tool: bash] " + as_json, "[Tool result]\nc"),
+    )
+
+
+def test_call_with_a_status_keeps_its_own_tier(fork):
+    params = {"command": "z" * 300}
+    as_json = '{"command":"' + "z" * 300 + '"}'
+    config = ForkConfig(tier1_count=0, tier2_count=1)
+    msgs = [
+        assistant(
+            "msg_1",
+            tool("bash", params, status="running"),  # a status: not legacy, no result, 500
+            tool_result("older"),  # index 1, tier 3
+            tool_result("newer"),  # index 0, tier 2
+        )
+    ]
+    ctx = fork(msgs, config)
+    assert ctx.context == framed(
+        block(
+            "Agent",
+            "[Tool: bash] " + as_json,
+            "[Tool result]\nolder",
+            "[Tool result]\nnewer",
+        )
+    )

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from . import _core
 from .compaction import CompactionSlice, CompactionView, slice_at_compaction
 from .config import DEFAULT_CONFIG, ForkConfig
 from .errors import ForkInputError
@@ -72,13 +73,27 @@ _Run = tuple[int, CompactionSlice, _Counts]
 
 
 def _objects(messages: MessagesInput) -> Sequence[Any]:
-    """The message list of parsed input; `Message` models become dicts."""
+    """The message list of parsed input for the reference; `Message` models become dicts."""
     from .reference.session import message_list
 
     items = message_list(messages)
     if any(isinstance(item, Message) for item in items):
         return [_dump(item) if isinstance(item, Message) else item for item in items]
     return items
+
+
+def _without_models(document: Any) -> list[Any] | dict[str, Any] | None:
+    """`document` (a message list or an export dict) with its `Message` models dumped to dicts;
+    None when it holds no model."""
+    if isinstance(document, dict):
+        items = document.get("messages")
+        dumped = _without_models(items) if isinstance(items, list | tuple) else None
+        return None if dumped is None else {**document, "messages": dumped}
+    if not isinstance(document, list | tuple):
+        return None
+    if not any(isinstance(item, Message) for item in document):
+        return None
+    return [_dump(item) if isinstance(item, Message) else item for item in document]
 
 
 def _dump(message: Message) -> dict[str, Any]:
@@ -120,22 +135,18 @@ def _run_python(
 
 
 def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
-    from . import _core
-
     if _is_text(messages):
         data = bytes(messages) if isinstance(messages, bytearray | memoryview) else messages
         session = _core.parse_json(data)  # type: ignore[arg-type]
     else:
-        from .reference.session import message_list
-
-        items = message_list(messages)
         try:
-            # the common case, plain dicts: no Python-side pass over the list at all
-            session = _core.from_objects(items if isinstance(items, list) else list(items))
+            # plain dicts, the common case: no Python-side pass over the list at all
+            session = _core.from_objects(messages)  # type: ignore[arg-type]
         except ForkInputError:
-            if not any(isinstance(item, Message) for item in items):
+            dumped = _without_models(messages)
+            if dumped is None:
                 raise
-            session = _core.from_objects(list(_objects(items)))
+            session = _core.from_objects(dumped)
     count, markers, summaries = session.compaction_view()
     sliced = slice_at_compaction(CompactionView(count, markers, summaries, session.index_of))
     out = session.render(sliced.kept, config)

@@ -1,7 +1,12 @@
 //! Input errors: a path (`messages[3].parts[1].state`) and a detail, raised in Python as
-//! `asyncagents.errors.ForkInputError(path, detail)`.
+//! `asyncagents.errors.ForkInputError(path, detail)`; and the one mapping of core errors to
+//! Python exceptions.
 
 use std::fmt;
+
+use pyo3::PyErr;
+
+pyo3::import_exception!(asyncagents.errors, ForkInputError);
 
 /// Malformed input, reported with the same path and detail as the Python reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +35,40 @@ impl fmt::Display for InputError {
     }
 }
 
+/// Why reading input stopped: bad input, or a Python error (e.g. a failing `__repr__`).
+#[derive(Debug)]
+pub enum Failure {
+    Input(InputError),
+    Py(PyErr),
+}
+
+impl From<InputError> for Failure {
+    fn from(err: InputError) -> Self {
+        Failure::Input(err)
+    }
+}
+
+impl From<PyErr> for Failure {
+    fn from(err: PyErr) -> Self {
+        Failure::Py(err)
+    }
+}
+
+impl From<InputError> for PyErr {
+    fn from(err: InputError) -> PyErr {
+        ForkInputError::new_err((err.path, err.detail))
+    }
+}
+
+impl From<Failure> for PyErr {
+    fn from(err: Failure) -> PyErr {
+        match err {
+            Failure::Input(err) => err.into(),
+            Failure::Py(err) => err,
+        }
+    }
+}
+
 pub const EXPECTED_OBJECT: &str = "expected an object";
 pub const EXPECTED_ARRAY: &str = "expected an array";
 pub const EXPECTED_STRING: &str = "expected a string";
@@ -37,6 +76,7 @@ pub const EXPECTED_BOOLEAN: &str = "expected a boolean";
 pub const EXPECTED_NUMBER: &str = "expected a number";
 pub const MISSING: &str = "missing";
 pub const LONE_SURROGATE: &str = "contains a lone surrogate";
+pub const INVALID_UTF8: &str = "invalid UTF-8";
 pub const TOP_LEVEL: &str =
     "expected an array of messages or an export object with a \"messages\" array";
 pub const INPUT_TOO_DEEP: &str = "nested deeper than 64 levels";

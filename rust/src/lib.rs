@@ -1,35 +1,34 @@
 //! `asyncagents._core`: the Rust engine of the fork pipeline.
 //!
-//! `parse_json` (bytes/str) and `from_objects` (lists of dicts) build one `ParsedSession`;
-//! `ParsedSession.render` runs stages 2 and 3 (tool-result tiers and truncation, parameter
-//! previews, transcript, budget, hard cap) on the messages that stage 1 (Python) kept.
+//! Bottom up: `text` and `utf8` (code points, validated bytes), `errors`, `config`, `session`
+//! (the internal messages), `json` (the document scanner, string decoding, Python-compatible
+//! dumps), `input` (the message rules, generic over the JSON view and Python objects), `tiers`
+//! (stage 2), `transcript` and `budget` (stage 3), `pipeline` (stages 2 and 3 end to end).
+//! This file only assembles them for Python and releases the GIL around the work.
 
-pub mod budget;
-pub mod errors;
-pub mod from_objects;
-pub mod json_dump;
-pub mod parse_json;
-pub mod render;
-pub mod session;
-pub mod transcript;
-pub mod truncate;
+mod budget;
+mod config;
+mod errors;
+mod input;
+mod json;
+mod pipeline;
+mod session;
+mod text;
+mod tiers;
+mod transcript;
+mod utf8;
 
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-use pyo3::types::{PyBytes, PyInt, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 
-use crate::errors::InputError;
-use crate::from_objects::Failure;
-use crate::render::Config;
+use crate::config::Config;
+use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
+use crate::input::{json::JsonReader, py::PySource, py::Seq, read_messages};
 use crate::session::{Session, Source};
-
-pyo3::import_exception!(asyncagents.errors, ForkInputError);
-
-fn input_error(err: InputError) -> PyErr {
-    ForkInputError::new_err((err.path, err.detail))
-}
+use crate::utf8::Utf8Bytes;
 
 /// A parsed and checked session, ready to render.
 #[pyclass(frozen, module = "asyncagents._core")]
@@ -83,21 +82,15 @@ impl ParsedSession {
     }
 
     /// Render the kept messages (indexes, in output order) with the config's numbers.
-    fn render(
-        &self,
-        py: Python<'_>,
-        kept: Vec<usize>,
-        config: &Bound<'_, PyAny>,
-    ) -> PyResult<RenderResult> {
+    fn render(&self, py: Python<'_>, kept: Vec<usize>, config: Config) -> PyResult<RenderResult> {
         let count = self.session.messages.len();
         if let Some(bad) = kept.iter().find(|&&m| m >= count) {
             return Err(PyIndexError::new_err(format!(
                 "kept index {bad} out of range for {count} messages"
             )));
         }
-        let config = read_config(config)?;
         let session = &self.session;
-        let out = py.detach(|| render::render(session, &kept, &config));
+        let out = py.detach(|| pipeline::run(session, &kept, &config));
         Ok(RenderResult {
             context: PyString::new(py, &out.context).unbind(),
             final_count: out.final_count,
@@ -130,76 +123,79 @@ pub struct RenderResult {
     hard_capped: bool,
 }
 
-fn strings(value: Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    value
-        .try_iter()?
-        .map(|item| item?.extract::<String>())
-        .collect()
-}
-
-fn read_config(config: &Bound<'_, PyAny>) -> PyResult<Config> {
-    let py = config.py();
-    // Numbers too big for usize act as "no limit" (Python compares them exactly).
-    let int = |name: &Bound<'_, PyString>| {
-        let value = config.getattr(name)?;
-        match value.extract::<usize>() {
-            Ok(n) => Ok(n),
-            Err(_) if value.cast::<PyInt>().is_ok() && value.gt(0)? => Ok(usize::MAX),
-            Err(err) => Err(err),
-        }
-    };
-    let float = |name: &Bound<'_, PyString>| config.getattr(name)?.extract::<f64>();
-    Ok(Config {
-        char_budget: int(intern!(py, "char_budget"))?,
-        char_no_removal: int(intern!(py, "char_no_removal"))?,
-        tier1_count: int(intern!(py, "tier1_count"))?,
-        tier2_count: int(intern!(py, "tier2_count"))?,
-        tier2_limit: int(intern!(py, "tier2_limit"))?,
-        tier3_limit: int(intern!(py, "tier3_limit"))?,
-        params_tier1: int(intern!(py, "params_tier1"))?,
-        params_tier2: int(intern!(py, "params_tier2"))?,
-        params_tier3: int(intern!(py, "params_tier3"))?,
-        head_ratio: float(intern!(py, "head_ratio"))?,
-        tail_ratio: float(intern!(py, "tail_ratio"))?,
-        error_patterns: strings(config.getattr(intern!(py, "error_patterns"))?)?,
-        head_tail_keywords: strings(config.getattr(intern!(py, "head_tail_keywords"))?)?,
-        cleared_marker: config
-            .getattr(intern!(py, "cleared_marker"))?
-            .extract::<String>()?,
+/// Scan a JSON document and read its messages (the whole document is checked first).
+fn read_json(source: Source) -> Result<Session, InputError> {
+    let mut reader = JsonReader::new(source.text(0));
+    if !json::scan::scan(source.text(0), &mut reader)? {
+        return Err(InputError::new("messages", TOP_LEVEL));
+    }
+    if let Some(err) = reader.error {
+        return Err(err);
+    }
+    let (messages, parts) = (reader.messages, reader.parts);
+    Ok(Session {
+        source,
+        messages,
+        parts,
     })
 }
 
 /// Parse OpenCode message JSON (a message array or an export document), releasing the GIL.
 #[pyfunction(name = "parse_json")]
 fn py_parse_json(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
-    let (source, parsed) = if let Ok(bytes) = data.cast::<PyBytes>() {
+    let source = if let Ok(bytes) = data.cast::<PyBytes>() {
         let backed = PyBackedBytes::from(bytes.clone());
-        let parsed = py.detach(|| parse_json::parse_bytes(&backed));
-        (Source::Bytes(backed), parsed)
+        let checked = py.detach(|| Utf8Bytes::new(backed));
+        Source::Bytes(checked.ok_or_else(|| InputError::json(errors::INVALID_UTF8))?)
     } else if let Ok(text) = data.cast::<PyString>() {
-        let backed = PyBackedStr::try_from(text.clone())
-            .map_err(|_| input_error(InputError::json(errors::LONE_SURROGATE)))?;
-        let parsed = py.detach(|| parse_json::parse_document(&backed));
-        (Source::Str(backed), parsed)
+        Source::Str(
+            PyBackedStr::try_from(text.clone()).map_err(|_| InputError::json(LONE_SURROGATE))?,
+        )
     } else {
         return Err(PyTypeError::new_err("parse_json() takes bytes or str"));
     };
-    let messages = parsed.map_err(input_error)?;
-    Ok(ParsedSession {
-        session: Session { source, messages },
-    })
+    let session = py.detach(|| read_json(source))?;
+    Ok(ParsedSession { session })
 }
 
-/// Check and read a list of message dicts, walking the Python objects directly.
+/// The message list of parsed input: a list or tuple, or an export document's `messages`.
+fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
+    if let Some(list) = Seq::of(document) {
+        return Ok(list);
+    }
+    if let Ok(export) = document.cast::<PyDict>() {
+        if let Some(list) = export.get_item(intern!(document.py(), "messages"))? {
+            if let Some(list) = Seq::of(&list) {
+                return Ok(list);
+            }
+        }
+    }
+    Err(InputError::new("messages", TOP_LEVEL).into())
+}
+
+/// Check and read a list of message dicts (or an export document), walking the Python objects
+/// directly.
 #[pyfunction(name = "from_objects")]
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
-    match from_objects::walk(messages) {
-        Ok((source, messages)) => Ok(ParsedSession {
-            session: Session { source, messages },
-        }),
-        Err(Failure::Input(err)) => Err(input_error(err)),
-        Err(Failure::Py(err)) => Err(err),
-    }
+    let list = message_list(messages)?;
+    let mut src = PySource {
+        keys: input::py::keys(messages.py()),
+        arena: String::new(),
+        strings: Vec::new(),
+    };
+    let (mut out, mut parts) = (Vec::new(), Vec::new());
+    read_messages(&mut src, &list, &mut out, &mut parts)?;
+    let source = Source::Objects {
+        owned: src.arena,
+        strings: src.strings,
+    };
+    Ok(ParsedSession {
+        session: Session {
+            source,
+            messages: out,
+            parts,
+        },
+    })
 }
 
 #[pymodule]

@@ -3,14 +3,14 @@
 //! alive and never copied, or the caller's Python strings themselves (kept alive, borrowed
 //! through their UTF-8 form) plus a small arena of parameter JSON dumped while walking objects.
 
-use std::borrow::Cow;
+use pyo3::pybacked::PyBackedStr;
 
-use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
+use crate::utf8::Utf8Bytes;
 
 /// Where the spans of a session point.
 pub enum Source {
-    /// JSON bytes, checked to be UTF-8 when parsed.
-    Bytes(PyBackedBytes),
+    /// JSON bytes, checked to be UTF-8.
+    Bytes(Utf8Bytes),
     /// A JSON `str`.
     Str(PyBackedStr),
     /// Walked Python objects: buffer 0 is `owned` (parameter JSON dumped there), buffer
@@ -25,9 +25,7 @@ impl Source {
     /// The text of buffer `buf` (see [`Span::buf`]); empty when there is no such buffer.
     pub fn text(&self, buf: u32) -> &str {
         match self {
-            // SAFETY: `parse_json` validated these bytes as UTF-8 before building the session,
-            // and a Python `bytes` object never changes.
-            Source::Bytes(bytes) if buf == 0 => unsafe { std::str::from_utf8_unchecked(bytes) },
+            Source::Bytes(bytes) if buf == 0 => bytes.as_str(),
             Source::Str(s) if buf == 0 => s,
             Source::Objects { owned, .. } if buf == 0 => owned,
             Source::Objects { strings, .. } => (buf as usize)
@@ -44,8 +42,10 @@ impl Source {
 pub enum SpanKind {
     /// The text itself.
     Plain,
-    /// The inside of a JSON string literal that has backslash escapes.
+    /// The inside of a JSON string literal that has backslash escapes, none of them `\uXXXX`.
     Escaped,
+    /// The inside of a JSON string literal with `\uXXXX` escapes.
+    EscapedUnicode,
     /// A JSON value as written in the document (`state.input` from bytes/str).
     RawJson,
     /// A value already dumped as Python's compact JSON (`state.input` from objects).
@@ -57,6 +57,8 @@ pub enum SpanKind {
 pub struct Span {
     pub start: usize,
     pub end: usize,
+    /// code points of the text (unescaped for Escaped); unused for parameter JSON
+    pub chars: usize,
     pub kind: SpanKind,
     /// Which buffer: 0 for the JSON document (or the arena of walked objects), `k >= 1` for
     /// the `k`-th Python string kept by a walk.
@@ -64,18 +66,25 @@ pub struct Span {
 }
 
 impl Span {
+    /// A JSON string literal's inside, to be decoded.
+    pub fn is_escaped(&self) -> bool {
+        matches!(self.kind, SpanKind::Escaped | SpanKind::EscapedUnicode)
+    }
+
     pub const EMPTY: Span = Span {
         start: 0,
         end: 0,
+        chars: 0,
         kind: SpanKind::Plain,
         buf: 0,
     };
 
     /// A span of buffer 0.
-    pub const fn new(start: usize, end: usize, kind: SpanKind) -> Span {
+    pub const fn new(start: usize, end: usize, chars: usize, kind: SpanKind) -> Span {
         Span {
             start,
             end,
+            chars,
             kind,
             buf: 0,
         }
@@ -163,7 +172,9 @@ impl Eq for SmallStr {}
 pub struct ToolCall {
     /// display name: `tool`, else `name`, else `unknown`
     pub name: SmallStr,
-    pub has_state: bool,
+    /// a legacy call: no `state.status` (or no state at all); its parameters take the tier of
+    /// the next `tool_result` of its message
+    pub legacy: bool,
     /// `state.input` (RawJson or DumpedJson), when present
     pub input: Option<Span>,
     pub status_error: bool,
@@ -196,16 +207,24 @@ pub struct Message {
     pub markers: Vec<Option<String>>,
     /// the rendered `[Error: …]` line of an assistant message
     pub error_line: Option<String>,
-    pub parts: Vec<Part>,
+    /// its parts: a range of `Session::parts`
+    pub parts: std::ops::Range<usize>,
 }
 
 /// A parsed session: its messages and the buffer their spans point into.
 pub struct Session {
     pub source: Source,
     pub messages: Vec<Message>,
+    /// the parts of every message, in order
+    pub parts: Vec<Part>,
 }
 
 impl Session {
+    /// The parts of `message`.
+    pub fn parts_of(&self, message: &Message) -> &[Part] {
+        self.parts.get(message.parts.clone()).unwrap_or(&[])
+    }
+
     /// The raw bytes of a span (for Escaped: still escaped).
     pub fn raw(&self, span: Span) -> &str {
         self.source
@@ -213,116 +232,11 @@ impl Session {
             .get(span.start..span.end)
             .unwrap_or("")
     }
-
-    /// The text of a Plain/Escaped span.
-    pub fn text(&self, span: Span) -> Cow<'_, str> {
-        let raw = self.raw(span);
-        match span.kind {
-            SpanKind::Escaped => Cow::Owned(unescape(raw)),
-            _ => Cow::Borrowed(raw),
-        }
-    }
-
-    /// Length in code points of the text of a Plain/Escaped span.
-    pub fn text_chars(&self, span: Span) -> usize {
-        let raw = self.raw(span);
-        match span.kind {
-            SpanKind::Escaped => unescaped_chars(raw),
-            _ => raw.chars().count(),
-        }
-    }
-}
-
-fn hex4(bytes: &[u8]) -> Option<u32> {
-    let digits = bytes.get(..4)?;
-    let mut value = 0u32;
-    for &d in digits {
-        value = value * 16 + char::from(d).to_digit(16)?;
-    }
-    Some(value)
-}
-
-/// Decode one escape after a backslash at `bytes[0]`; returns the char and the bytes used.
-fn decode_escape(bytes: &[u8]) -> (char, usize) {
-    match bytes.get(1) {
-        Some(b'n') => ('\n', 2),
-        Some(b't') => ('\t', 2),
-        Some(b'r') => ('\r', 2),
-        Some(b'b') => ('\u{8}', 2),
-        Some(b'f') => ('\u{c}', 2),
-        Some(b'u') => {
-            let first = hex4(bytes.get(2..).unwrap_or(&[])).unwrap_or(0xfffd);
-            if (0xd800..0xdc00).contains(&first)
-                && bytes.get(6) == Some(&b'\\')
-                && bytes.get(7) == Some(&b'u')
-            {
-                if let Some(second) = hex4(bytes.get(8..).unwrap_or(&[])) {
-                    if (0xdc00..0xe000).contains(&second) {
-                        let code = 0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00);
-                        return (char::from_u32(code).unwrap_or('\u{fffd}'), 12);
-                    }
-                }
-            }
-            (char::from_u32(first).unwrap_or('\u{fffd}'), 6)
-        }
-        Some(&other) => (char::from(other), 2),
-        None => ('\\', 1),
-    }
-}
-
-/// The text of the inside of a JSON string literal.
-pub fn unescape(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let bytes = raw.as_bytes();
-    let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' {
-            out.push_str(raw.get(start..i).unwrap_or(""));
-            let (c, used) = decode_escape(&bytes[i..]);
-            out.push(c);
-            i += used;
-            start = i;
-        } else {
-            i += 1;
-        }
-    }
-    out.push_str(raw.get(start..).unwrap_or(""));
-    out
-}
-
-/// Code points of the unescaped inside of a JSON string literal, without building it.
-pub fn unescaped_chars(raw: &str) -> usize {
-    let bytes = raw.as_bytes();
-    let mut count = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b == b'\\' {
-            let (_, used) = decode_escape(&bytes[i..]);
-            count += 1;
-            i += used;
-        } else {
-            if b & 0xc0 != 0x80 {
-                count += 1;
-            }
-            i += 1;
-        }
-    }
-    count
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unescapes_json_strings() {
-        let raw = r#"a\n\"b\\\/\u00e9\ud83d\ude00\t"#;
-        assert_eq!(unescape(raw), "a\n\"b\\/é😀\t");
-        assert_eq!(unescaped_chars(raw), unescape(raw).chars().count());
-        assert_eq!(unescaped_chars("漢字é"), 3);
-    }
 
     #[test]
     fn small_strings_keep_their_text() {

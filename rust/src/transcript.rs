@@ -4,10 +4,15 @@
 
 use std::borrow::Cow;
 
-use crate::json_dump::{dump_raw, Limited};
-use crate::render::Config;
+use crate::config::Config;
+use crate::json::dump::{dump_raw, Limited};
+use crate::json::unescape::{push_from, push_prefix, push_suffix};
 use crate::session::{Message, Part, Session, Span, SpanKind, ToolCall};
-use crate::truncate::{char_prefix, cut_head_only, cut_head_tail, Cut, ResultPlan};
+use crate::text::{
+    char_prefix, count_chars, cut_head_only, cut_head_tail, push_head_only_marker,
+    push_head_tail_marker,
+};
+use crate::tiers::{Cut, ResultPlan};
 
 pub const RESULT_HEADER: &str = "[Tool result]\n";
 
@@ -29,15 +34,6 @@ pub fn label(role: Option<&str>) -> Cow<'_, str> {
     }
 }
 
-/// `[Error: {name}] {message}`; an empty or absent name is `Error`, an empty message is left out.
-pub fn error_line(name: Option<&str>, message: Option<&str>) -> String {
-    let name = name.filter(|n| !n.is_empty()).unwrap_or("Error");
-    match message.filter(|m| !m.is_empty()) {
-        Some(message) => format!("[Error: {name}] {message}"),
-        None => format!("[Error: {name}]"),
-    }
-}
-
 /// The label line of a message: `"\n" + label + ":"`.
 pub fn head(message: &Message) -> String {
     format!("\n{}:", label(message.role.as_deref()))
@@ -45,7 +41,7 @@ pub fn head(message: &Message) -> String {
 
 /// Length of the label line, without building it for the common roles.
 pub fn head_len(message: &Message) -> usize {
-    label(message.role.as_deref()).chars().count() + 2
+    count_chars(&label(message.role.as_deref())) + 2
 }
 
 /// Where a message body goes: counted or written.
@@ -62,10 +58,10 @@ pub struct Count(pub usize);
 
 impl Out for Count {
     fn text(&mut self, s: &str) {
-        self.0 += s.chars().count();
+        self.0 += count_chars(s);
     }
-    fn span(&mut self, session: &Session, span: Span) {
-        self.0 += session.text_chars(span);
+    fn span(&mut self, _: &Session, span: Span) {
+        self.0 += span.chars;
     }
     fn preview(&mut self, session: &Session, input: Span, limit: usize) {
         let mut sink = Limited::new(None, limit.saturating_add(1));
@@ -86,7 +82,7 @@ impl Out for Write<'_> {
         self.0.push_str(s);
     }
     fn span(&mut self, session: &Session, span: Span) {
-        self.0.push_str(&session.text(span));
+        push_text(session, span, self.0);
     }
     fn preview(&mut self, session: &Session, input: Span, limit: usize) {
         let mut taken = String::new();
@@ -100,16 +96,35 @@ impl Out for Write<'_> {
         }
     }
     fn result(&mut self, session: &Session, plan: &ResultPlan, config: &Config) {
+        let span = plan.text;
+        let chars = span.chars;
+        let raw = session.raw(span);
+        let escaped = span.is_escaped();
         match plan.cut {
-            Cut::Full => self.0.push_str(&session.text(plan.text)),
+            Cut::Full => push_text(session, span, self.0),
             Cut::Marker => self.0.push_str(&config.cleared_marker),
-            Cut::HeadOnly { limit } => {
-                cut_head_only(&session.text(plan.text), plan.chars, limit, self.0);
+            Cut::HeadOnly { limit } if escaped => {
+                push_prefix(raw, limit, self.0);
+                push_head_only_marker(chars.saturating_sub(limit), self.0);
             }
-            Cut::HeadTail { head, tail } => {
-                cut_head_tail(&session.text(plan.text), plan.chars, head, tail, self.0);
+            Cut::HeadOnly { limit } => cut_head_only(raw, chars, limit, self.0),
+            Cut::HeadTail { head, tail } if escaped => {
+                push_prefix(raw, head, self.0);
+                push_head_tail_marker(chars.saturating_sub(head + tail), self.0);
+                push_suffix(raw, tail, self.0);
             }
+            Cut::HeadTail { head, tail } => cut_head_tail(raw, chars, head, tail, self.0),
         }
+    }
+}
+
+/// The whole text of a Plain/Escaped span, appended (decoded straight into `out`).
+fn push_text(session: &Session, span: Span, out: &mut String) {
+    let raw = session.raw(span);
+    if span.is_escaped() {
+        push_from(raw, 0, out);
+    } else {
+        out.push_str(raw);
     }
 }
 
@@ -141,9 +156,10 @@ pub fn body<O: Out>(
     config: &Config,
     out: &mut O,
 ) {
-    let legacy = legacy_tiers(message, results);
+    let parts = session.parts_of(message);
+    let legacy = legacy_tiers(parts, results);
     let mut next = 0;
-    for (p, part) in message.parts.iter().enumerate() {
+    for (p, part) in parts.iter().enumerate() {
         match part {
             Part::Text(span) => {
                 out.text("\n");
@@ -157,7 +173,7 @@ pub fn body<O: Out>(
                 } else {
                     None
                 };
-                let tier = if call.has_state {
+                let tier = if !call.legacy {
                     result.map(|r| r.tier)
                 } else {
                     legacy
@@ -188,19 +204,18 @@ pub fn body<O: Out>(
     }
 }
 
-/// For each legacy `tool` part (no state), the tier of the next `tool_result` in its message.
-fn legacy_tiers(message: &Message, results: &[ResultPlan]) -> Option<Vec<Option<u8>>> {
-    let has_legacy = message
-        .parts
+/// For each legacy `tool` part (no `state.status`), the tier of the next `tool_result` in its message.
+fn legacy_tiers(parts: &[Part], results: &[ResultPlan]) -> Option<Vec<Option<u8>>> {
+    let has_legacy = parts
         .iter()
-        .any(|part| matches!(part, Part::Tool(call) if !call.has_state));
+        .any(|part| matches!(part, Part::Tool(call) if call.legacy));
     if !has_legacy {
         return None;
     }
-    let mut tiers = vec![None; message.parts.len()];
+    let mut tiers = vec![None; parts.len()];
     let mut remaining = results.len();
     let mut next_tier = None;
-    for (p, part) in message.parts.iter().enumerate().rev() {
+    for (p, part) in parts.iter().enumerate().rev() {
         match part {
             Part::ToolResult { .. } => {
                 remaining = remaining.saturating_sub(1);
@@ -210,7 +225,7 @@ fn legacy_tiers(message: &Message, results: &[ResultPlan]) -> Option<Vec<Option<
                 if call.result.is_some() {
                     remaining = remaining.saturating_sub(1);
                 }
-                if !call.has_state {
+                if call.legacy {
                     if let Some(slot) = tiers.get_mut(p) {
                         *slot = next_tier;
                     }
@@ -223,9 +238,8 @@ fn legacy_tiers(message: &Message, results: &[ResultPlan]) -> Option<Vec<Option<
 }
 
 /// How many results a message has.
-pub fn result_count(message: &Message) -> usize {
-    message
-        .parts
+pub fn result_count(parts: &[Part]) -> usize {
+    parts
         .iter()
         .filter(|part| match part {
             Part::Tool(call) => call.result.is_some(),
@@ -247,15 +261,5 @@ mod tests {
         assert_eq!(label(Some("")), "Unknown");
         assert_eq!(label(Some("system")), "System");
         assert_eq!(label(Some("ßx")), "SSx");
-    }
-
-    #[test]
-    fn error_lines() {
-        assert_eq!(error_line(None, None), "[Error: Error]");
-        assert_eq!(error_line(Some(""), Some("")), "[Error: Error]");
-        assert_eq!(
-            error_line(Some("APIError"), Some("boom")),
-            "[Error: APIError] boom"
-        );
     }
 }

@@ -5,21 +5,50 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..compaction import CompactionSlice, slice_at_compaction, view_of
+from ..compaction import CompactionSlice, slice_at_compaction
 from ..config import ForkConfig
-from .budget import Fitted, fit_to_budget
-from .session import read_messages
+from .budget import FRAME, Fitted, fit_to_budget, must_remove
+from .session import Message, ToolCall, ToolResult, compaction_view, read_messages
 from .transcript import format_message
-from .truncate import ResultCounts, process_results
+from .truncate import ResultCounts, ResultTiers
 
 
 def run_reference(
     messages: Sequence[Any], config: ForkConfig
 ) -> tuple[CompactionSlice, ResultCounts, Fitted]:
-    """Run all three stages on plain message dicts (already parsed)."""
-    records = read_messages(messages)
-    sliced = slice_at_compaction(view_of([record.meta for record in records]))
-    kept = [records[i] for i in sliced.kept]
-    results, params, counts = process_results(kept, config)
-    blocks = [format_message(msg, m, results, params, config) for m, msg in enumerate(kept)]
-    return sliced, counts, fit_to_budget(blocks, config)
+    """Run all three stages on plain message dicts (already parsed).
+
+    Stage 1 runs first, on a light view, so that only the messages it keeps get a record;
+    every message is checked all the same.
+    """
+    sliced = slice_at_compaction(compaction_view(messages))
+    wanted = set(sliced.kept) if sliced.detected else range(len(messages))
+    records = read_messages(messages, wanted)
+    kept = [record for record in map(records.__getitem__, sliced.kept) if record is not None]
+    counts, newest_first = render_newest_first(kept, config)
+    return sliced, counts, fit_to_budget(newest_first, len(kept), config)
+
+
+def render_newest_first(
+    kept: list[Message], config: ForkConfig
+) -> tuple[ResultCounts, list[tuple[str, str]]]:
+    """Stages 2 and 3a in one walk from the newest message: results are numbered as they come,
+    and blocks are formatted until the context is sure to lose its older messages (those are
+    only counted)."""
+    tiers = ResultTiers(config)
+    blocks: list[tuple[str, str]] = []
+    size = FRAME
+    rendering = True
+    for message in reversed(kept):
+        if not rendering:
+            for result in reversed(message.results):
+                tiers.take(result, render=False)
+            continue
+        rendered: dict[ToolCall | ToolResult, tuple[str, int]] = {
+            result: tiers.take(result, render=True) for result in reversed(message.results)
+        }
+        head, body = format_message(message, rendered, config)
+        blocks.append((head, body))
+        size += len(head) + len(body)
+        rendering = not must_remove(size, config)
+    return tiers.counts, blocks

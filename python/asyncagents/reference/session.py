@@ -1,18 +1,23 @@
-"""Reference input handling: JSON text or Python objects in, checked plain records out.
+"""Reference input handling: JSON text or Python objects in, checked records out.
 
 Every check of docs/pipeline-contract.md lives here, in the order the contract fixes, so that
-the Rust engine can be held to the same path and detail for every malformed input.
+the Rust engine can be held to the same path and detail for every malformed input. One pass over
+the messages checks everything and keeps only what the later stages read, for the messages
+stage 1 keeps; large strings are kept by reference, never copied, and parameters stay
+unserialised until a message is rendered.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
+from itertools import chain, compress
 from typing import Any
 
-from ..compaction import MessageMeta
+from ..compaction import CompactionView
 from ..errors import ForkInputError
 
 #: Containers nested deeper than this in a JSON document are rejected.
@@ -25,35 +30,60 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _TOP_LEVEL = 'expected an array of messages or an export object with a "messages" array'
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ToolCall:
-    """A `tool` part: its display name, parameters JSON, and result (None: no result)."""
+    """A `tool` part: its display name, its state (for the parameters) and its result."""
 
     name: str
-    has_state: bool
-    input_json: str | None
-    status: str | None
+    #: the part's `state` object; its `input` is serialised only if the message is rendered
+    state: dict[str, Any] | None
+    #: no `state.status`: an older-shape call, whose parameters take the tier of the next
+    #: tool_result of its message
+    legacy: bool
+    #: the output (completed) or error text (error), None for any other status
     result: str | None
+    is_error: bool
+    #: `state.time.compacted` is set: the output was cleared by OpenCode's prune
     compacted: bool
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ToolResult:
     """A legacy `tool_result` part with non-empty text."""
 
     name: str
-    text: str
+    result: str
+    is_error: bool = False
+    compacted: bool = False
 
 
-@dataclass(slots=True)
+Part = str | ToolCall | ToolResult
+
+
+@dataclass(slots=True, eq=False)
 class Message:
     """One message reduced to what the pipeline reads."""
 
-    meta: MessageMeta
+    role: str | None
     #: the rendered error line of an assistant message, or None
     error_line: str | None
-    #: text strings, ToolCall and ToolResult objects, in part order
-    parts: list[str | ToolCall | ToolResult] = field(default_factory=list)
+    #: what the message renders: text strings, ToolCall and ToolResult, in part order
+    parts: list[Part]
+    #: the parts that carry a tool result, in part order
+    results: list[ToolCall | ToolResult]
+
+
+class ParsedMessages(list[Any]):
+    """A message list that `load_json` parsed: its strings are known to hold no lone
+    surrogate (the document was checked as a whole), so `read_messages` does not look again."""
+
+
+class _Invalid(Exception):
+    """A fault inside one message; `where` is the path below the message."""
+
+    def __init__(self, where: str, detail: str) -> None:
+        self.where = where
+        self.detail = detail
 
 
 # --- documents ------------------------------------------------------------------------------
@@ -68,22 +98,23 @@ def load_json(data: bytes | str) -> Any:
             raise ForkInputError("json", "invalid UTF-8") from None
     else:
         text = data
-        if _SURROGATE.search(text):
+        if not text.isascii() and _SURROGATE.search(text):
             raise ForkInputError("json", "contains a lone surrogate")
     try:
         document = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise ForkInputError("json", f"invalid JSON: {exc}") from None
     except RecursionError:  # far deeper than the limit, which json.loads does not know
-        document = None
-        depth = MAX_DOCUMENT_DEPTH + 1
-    else:
-        depth = _depth(document)
-    if depth > MAX_DOCUMENT_DEPTH:
+        raise ForkInputError("json", f"nested deeper than {MAX_DOCUMENT_DEPTH} levels") from None
+    if _deeper_than(document, MAX_DOCUMENT_DEPTH):
         raise ForkInputError("json", f"nested deeper than {MAX_DOCUMENT_DEPTH} levels")
     # json.loads joins escaped surrogate pairs; any surrogate left came from a lone escape.
     if _SURROGATE_ESCAPE.search(text) and _has_surrogate(document):
         raise ForkInputError("json", "invalid JSON: lone surrogate in a string escape")
+    if isinstance(document, list):
+        return ParsedMessages(document)
+    if isinstance(document, dict) and isinstance(document.get("messages"), list):
+        document["messages"] = ParsedMessages(document["messages"])
     return document
 
 
@@ -91,21 +122,26 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _depth(value: Any) -> int:
-    """Deepest container nesting of a parsed document (a scalar is 0), without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
-    return deepest
+def _deeper_than(document: Any, limit: int) -> bool:
+    """Whether the containers of a `json.loads` result nest deeper than `limit` (scalar: 0).
+
+    Walks one nesting level at a time with C-level calls only (`gc.get_referents` lists the
+    values of a whole level at once). CPython does not track a dict whose values are all
+    scalars, so `gc.is_tracked` keeps exactly the containers that may hold containers (lists
+    are always tracked); the untracked dicts are leaves, and matter only one level below the
+    deepest tracked one, which is checked last.
+    """
+    level = [document] if gc.is_tracked(document) else []
+    depth = 1 if isinstance(document, dict) and not level else 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        children = gc.get_referents(*level)
+        level = list(filter(gc.is_tracked, children))
+        if not level and depth == limit:  # leaf dicts one level down
+            return any(isinstance(child, dict) for child in children)
+    return depth > limit
 
 
 def _has_surrogate(value: Any) -> bool:
@@ -134,67 +170,113 @@ def message_list(document: Any) -> Sequence[Any]:
 
 
 # --- field checks ---------------------------------------------------------------------------
+# Each raises _Invalid with the field's path below its message (`where` + key), built only on
+# failure: the paths of well-formed input are never formatted.
 
 
-def _string(obj: dict[str, Any], key: str, path: str) -> str | None:
+def surrogate_free(text: str) -> bool:
+    """No lone surrogate in `text`. ASCII is O(1); otherwise the strict UTF-8 codec, which refuses
+    surrogates, is the fastest C-level scan (~0.5 ns a character; a regex class is far slower)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _string(obj: dict[str, Any], key: str, where: str) -> str | None:
+    """A string field of caller-supplied objects: a str without lone surrogates."""
     value = obj.get(key)
-    if value is None:
-        return None
+    if value is None or (isinstance(value, str) and surrogate_free(value)):
+        return value
     if not isinstance(value, str):
-        raise ForkInputError(f"{path}.{key}", "expected a string")
-    if _SURROGATE.search(value):
-        raise ForkInputError(f"{path}.{key}", "contains a lone surrogate")
-    return value
+        raise _Invalid(f"{where}.{key}", "expected a string")
+    raise _Invalid(f"{where}.{key}", "contains a lone surrogate")
 
 
-def _object(obj: dict[str, Any], key: str, path: str) -> dict[str, Any] | None:
+def _object(obj: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
     value = obj.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ForkInputError(f"{path}.{key}", "expected an object")
-    return value
+    if value is None or isinstance(value, dict):
+        return value
+    raise _Invalid(f"{where}.{key}", "expected an object")
 
 
-def _boolean(obj: dict[str, Any], key: str, path: str) -> bool | None:
+def _boolean(obj: dict[str, Any], key: str, where: str) -> bool | None:
     value = obj.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise ForkInputError(f"{path}.{key}", "expected a boolean")
-    return value
+    if value is None or isinstance(value, bool):
+        return value
+    raise _Invalid(f"{where}.{key}", "expected a boolean")
 
 
-def _number(obj: dict[str, Any], key: str, path: str) -> float | int | None:
+def _number(obj: dict[str, Any], key: str, where: str) -> float | int | None:
     value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ForkInputError(f"{path}.{key}", "expected a number")
-    number: float | int = value
-    return number
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        number: float | int | None = value
+        return number
+    raise _Invalid(f"{where}.{key}", "expected a number")
 
 
-def check_json_value(value: Any, path: str, level: int = 0) -> None:
-    """`state.input` must be plain JSON (str keys) nested at most MAX_INPUT_DEPTH levels."""
-    if isinstance(value, dict | list | tuple):
-        if level + 1 > MAX_INPUT_DEPTH:
-            raise ForkInputError(path, f"nested deeper than {MAX_INPUT_DEPTH} levels")
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise ForkInputError(path, "keys must be strings")
-                if _SURROGATE.search(key):
-                    raise ForkInputError(path, "contains a lone surrogate")
-                check_json_value(item, path, level + 1)
-        else:
-            for item in value:
-                check_json_value(item, path, level + 1)
-    elif isinstance(value, str):
-        if _SURROGATE.search(value):
-            raise ForkInputError(path, "contains a lone surrogate")
-    elif value is not None and not isinstance(value, bool | int | float):
-        raise ForkInputError(path, f"not a JSON value ({type(value).__name__})")
+_STR_TYPE = frozenset({str})
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def check_input(value: Any, where: str) -> None:
+    """`state.input` of caller objects. The common case, a flat object of str keys and JSON
+    scalars, is checked with C-level calls only (types as sets, all its strings as one);
+    anything else gets the full walk of `check_json_value`, which names the fault."""
+    if type(value) is dict:
+        values = value.values()
+        if _STR_TYPE.issuperset(map(type, value)) and _SCALAR_TYPES.issuperset(map(type, values)):
+            strings = compress(values, map(_STR_TYPE.__contains__, map(type, values)))
+            if surrogate_free("".join(chain(value, strings))):
+                return
+    check_json_value(value, where)
+
+
+def check_json_value(value: Any, where: str, level: int = 0) -> None:
+    """`state.input` must be plain JSON (str keys) nested at most MAX_INPUT_DEPTH levels.
+
+    Depth first, in key order; recursion only into containers. (Parsed documents need only the
+    depth check: `check_parsed_input`.)
+    """
+    if isinstance(value, dict):
+        if level >= MAX_INPUT_DEPTH:
+            raise _Invalid(where, f"nested deeper than {MAX_INPUT_DEPTH} levels")
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _Invalid(where, "keys must be strings")
+            _check_scalar_or_descend(key, where, level)
+            _check_scalar_or_descend(item, where, level)
+    elif isinstance(value, list | tuple):
+        if level >= MAX_INPUT_DEPTH:
+            raise _Invalid(where, f"nested deeper than {MAX_INPUT_DEPTH} levels")
+        for item in value:
+            _check_scalar_or_descend(item, where, level)
+    else:
+        _check_scalar_or_descend(value, where, level - 1)
+
+
+def _check_scalar_or_descend(item: Any, where: str, level: int) -> None:
+    """A value inside a container at `level`: scalars are checked here, containers recursed."""
+    kind = type(item)
+    if kind is int or kind is float or kind is bool or item is None:
+        return
+    if isinstance(item, str):
+        if not surrogate_free(item):
+            raise _Invalid(where, "contains a lone surrogate")
+    elif isinstance(item, dict | list | tuple):
+        check_json_value(item, where, level + 1)
+    elif not isinstance(item, int | float):
+        raise _Invalid(where, f"not a JSON value ({type(item).__name__})")
+
+
+def check_parsed_input(value: Any, where: str) -> None:
+    """`state.input` of a parsed document: JSON already, only its depth is checked. A flat
+    object (all values scalars, which CPython does not track) is at depth 1 at once."""
+    if gc.is_tracked(value):
+        check_json_value(value, where)
 
 
 def dump_input(value: Any) -> str:
@@ -205,94 +287,189 @@ def dump_input(value: Any) -> str:
 # --- messages -------------------------------------------------------------------------------
 
 
-def read_messages(messages: Sequence[Any]) -> list[Message]:
-    """Check every message and reduce it to a `Message` record."""
-    return [_read_message(raw, f"messages[{i}]") for i, raw in enumerate(messages)]
+def compaction_view(messages: Sequence[Any]) -> CompactionView:
+    """The sparse view stage 1 reads, from a light pass that checks nothing: `read_messages`
+    checks every message afterwards, so the view is used only when it was read from valid
+    messages, and stage 1 can decide which messages need a record before they are read.
+    Values of the wrong type are taken as absent here (never compared), so odd input reaches
+    the checks instead of failing in this pass."""
+    ids: list[str | None] = []
+    markers: list[tuple[int, str | None, list[str | None]]] = []
+    summaries: list[tuple[int, str | None]] = []
+    for i, raw in enumerate(messages):
+        info = raw.get("info") if isinstance(raw, dict) else None
+        if not isinstance(info, dict):
+            ids.append(None)
+            continue
+        msg_id = _str_or_none(info.get("id"))
+        ids.append(msg_id)
+        role = info.get("role")
+        if not isinstance(role, str):
+            continue
+        if role == "user":
+            parts = raw.get("parts")
+            if isinstance(parts, list | tuple):
+                tails = [
+                    _str_or_none(part.get("tail_start_id"))
+                    for part in parts
+                    if isinstance(part, dict) and _str_or_none(part.get("type")) == "compaction"
+                ]
+                if tails:
+                    markers.append((i, msg_id, tails))
+        elif role == "assistant" and info.get("summary") is True:
+            summaries.append((i, _str_or_none(info.get("parentID"))))
+    return CompactionView(len(ids), markers, summaries, _index_in(ids))
 
 
-def _read_message(raw: Any, path: str) -> Message:
-    if not isinstance(raw, dict):
-        raise ForkInputError(path, "expected an object")
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _index_in(ids: list[str | None]) -> Callable[[str], int | None]:
+    """`index_of` of the compaction view: first message with this id (C-level `list.index`)."""
+
+    def index_of(msg_id: str) -> int | None:
+        try:
+            return ids.index(msg_id)
+        except ValueError:
+            return None
+
+    return index_of
+
+
+def read_messages(messages: Sequence[Any], wanted: Container[int]) -> list[Message | None]:
+    """Check every message, in order; reduce those whose index is `wanted` to a `Message`
+    record (None for the others: stage 1 dropped them, they are only checked)."""
+    records: list[Message | None] = []
+    parsed = isinstance(messages, ParsedMessages)
+    for i, raw in enumerate(messages):
+        try:
+            records.append(_read_message(raw, parsed, i in wanted))
+        except _Invalid as bad:
+            raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
+    return records
+
+
+_NO_RESULTS: list[ToolCall | ToolResult] = []
+
+# The readers below test the common case inline, `type(v) is str and (parsed or v.isascii())`
+# (a str that needs no lone surrogate check), and call `_string` for anything else: None stays
+# None, a non-str raises, a non-ASCII str from caller objects gets the surrogate check.
+
+
+def _read_message(raw: Any, parsed: bool, keep: bool) -> Message | None:
+    """The message's record (None unless `keep`) once every field it reads is checked."""
+    if type(raw) is not dict and not isinstance(raw, dict):
+        raise _Invalid("", "expected an object")
     info = raw.get("info")
     if info is None:
-        raise ForkInputError(f"{path}.info", "missing")
+        raise _Invalid(".info", "missing")
     if not isinstance(info, dict):
-        raise ForkInputError(f"{path}.info", "expected an object")
-    info_path = f"{path}.info"
-    role = _string(info, "role", info_path)
-    msg_id = _string(info, "id", info_path)
-    parent_id = _string(info, "parentID", info_path)
-    error_line = _error_line(info, info_path) if role == "assistant" else None
+        raise _Invalid(".info", "expected an object")
+    role = info.get("role")
+    if not (type(role) is str and (parsed or role.isascii())):
+        role = _string(info, "role", ".info")
+    msg_id = info.get("id")
+    if not (type(msg_id) is str and (parsed or msg_id.isascii())):
+        msg_id = _string(info, "id", ".info")
+    parent_id = info.get("parentID")
+    if not (type(parent_id) is str and (parsed or parent_id.isascii())):
+        parent_id = _string(info, "parentID", ".info")
+    error_line = _error_line(info) if role == "assistant" and "error" in info else None
     parts = raw.get("parts")
-    if parts is None:
-        raise ForkInputError(f"{path}.parts", "missing")
-    if not isinstance(parts, list | tuple):
-        raise ForkInputError(f"{path}.parts", "expected an array")
-    message = Message(
-        meta=MessageMeta(role, msg_id, parent_id, info.get("summary") is True, []),
-        error_line=error_line,
-    )
+    if type(parts) is not list and not isinstance(parts, list | tuple):
+        raise _Invalid(".parts", "missing" if parts is None else "expected an array")
+    items: list[Part] = []
+    results = _NO_RESULTS
     last_tool_name: str | None = None
     for j, part in enumerate(parts):
-        part_path = f"{path}.parts[{j}]"
-        if not isinstance(part, dict):
-            raise ForkInputError(part_path, "expected an object")
-        if part.get("type") is None:
-            raise ForkInputError(f"{part_path}.type", "missing")
-        kind = _string(part, "type", part_path)
-        if kind == "text":
-            text = _string(part, "text", part_path)
-            ignored = _boolean(part, "ignored", part_path)
-            if text and not ignored:
-                message.parts.append(text)
-        elif kind == "tool":
-            call = _read_tool(part, part_path)
-            last_tool_name = call.name
-            message.parts.append(call)
-        elif kind == "tool_result":
-            text = _string(part, "text", part_path)
-            name = _string(part, "tool", part_path)
-            alt_name = _string(part, "name", part_path)
-            if text:
-                message.parts.append(ToolResult(name or alt_name or last_tool_name or "", text))
-        elif kind == "compaction":
-            tail_start_id = _string(part, "tail_start_id", part_path)
-            if role == "user":
-                message.meta.markers.append(tail_start_id)
-    return message
+        try:
+            if type(part) is not dict and not isinstance(part, dict):
+                raise _Invalid("", "expected an object")
+            kind = part.get("type")
+            if not (type(kind) is str and (parsed or kind.isascii())):
+                if kind is None:
+                    raise _Invalid(".type", "missing")
+                kind = _string(part, "type", "")
+            if kind == "text":
+                text = part.get("text")
+                if not (type(text) is str and (parsed or text.isascii())):
+                    text = _string(part, "text", "")
+                ignored = part.get("ignored")
+                if ignored is not None and type(ignored) is not bool:
+                    raise _Invalid(".ignored", "expected a boolean")
+                if text and not ignored and keep:
+                    items.append(text)
+            elif kind == "tool":
+                call = _read_tool(part, parsed)
+                last_tool_name = call.name
+                if not keep:
+                    continue
+                items.append(call)
+                if call.result is not None:
+                    if results is _NO_RESULTS:
+                        results = []
+                    results.append(call)
+            elif kind == "tool_result":
+                text = _string(part, "text", "")
+                tool = _string(part, "tool", "")
+                alt_name = _string(part, "name", "")
+                if text and keep:
+                    found = ToolResult(tool or alt_name or last_tool_name or "", text)
+                    items.append(found)
+                    if results is _NO_RESULTS:
+                        results = []
+                    results.append(found)
+            elif kind == "compaction":
+                _string(part, "tail_start_id", "")
+        except _Invalid as bad:
+            raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
+    return Message(role, error_line, items, results) if keep else None
 
 
-def _error_line(info: dict[str, Any], path: str) -> str | None:
-    error = _object(info, "error", path)
+def _error_line(info: dict[str, Any]) -> str | None:
+    error = _object(info, "error", ".info")
     if error is None:
         return None
-    error_path = f"{path}.error"
-    name = _string(error, "name", error_path) or "Error"
-    data = _object(error, "data", error_path)
-    detail = _string(data, "message", f"{error_path}.data") if data is not None else None
+    name = _string(error, "name", ".info.error") or "Error"
+    data = _object(error, "data", ".info.error")
+    detail = _string(data, "message", ".info.error.data") if data is not None else None
     return f"[Error: {name}] {detail}" if detail else f"[Error: {name}]"
 
 
-def _read_tool(part: dict[str, Any], path: str) -> ToolCall:
-    tool = _string(part, "tool", path)
-    alt_name = _string(part, "name", path)
+def _read_tool(part: dict[str, Any], parsed: bool) -> ToolCall:
+    tool = part.get("tool")
+    if not (type(tool) is str and (parsed or tool.isascii())):
+        tool = _string(part, "tool", "")
+    alt_name = part.get("name")
+    if not (type(alt_name) is str and (parsed or alt_name.isascii())):
+        alt_name = _string(part, "name", "")
     name = tool or alt_name or "unknown"
-    state = _object(part, "state", path)
-    if state is None:
-        return ToolCall(name, False, None, None, None, False)
-    state_path = f"{path}.state"
-    status = _string(state, "status", state_path)
-    input_json = None
+    state = part.get("state")
+    if type(state) is not dict:
+        state = _object(part, "state", "")
+        if state is None:
+            return ToolCall(name, None, True, None, False, False)
+    status = state.get("status")
+    if not (type(status) is str and (parsed or status.isascii())):
+        status = _string(state, "status", ".state")
     if "input" in state:
-        check_json_value(state["input"], f"{state_path}.input")
-        input_json = dump_input(state["input"])
-    result: str | None = None
-    compacted = False
+        if parsed:
+            check_parsed_input(state["input"], ".state.input")
+        else:
+            check_input(state["input"], ".state.input")
     if status == "completed":
-        result = _string(state, "output", state_path) or ""
-        time = _object(state, "time", state_path)
+        output = state.get("output")
+        if not (type(output) is str and (parsed or output.isascii())):
+            output = _string(state, "output", ".state")
+        time = state.get("time")
+        compacted = False
         if time is not None:
-            compacted = _number(time, "compacted", f"{state_path}.time") is not None
-    elif status == "error":
-        result = _string(state, "error", state_path) or ""
-    return ToolCall(name, True, input_json, status, result, compacted)
+            if type(time) is not dict:
+                time = _object(state, "time", ".state")
+            compacted = _number(time, "compacted", ".state.time") is not None  # type: ignore[arg-type]
+        return ToolCall(name, state, False, output or "", False, compacted)
+    if status == "error":
+        error = _string(state, "error", ".state") or ""
+        return ToolCall(name, state, False, error, True, False)
+    return ToolCall(name, state, status is None, None, False, False)

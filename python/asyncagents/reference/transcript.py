@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ..config import ForkConfig
-from .session import Message, ToolCall
-from .truncate import Result
+from .session import Message, ToolCall, ToolResult, dump_input
 
 
 def label(role: str | None) -> str:
@@ -20,32 +19,41 @@ def label(role: str | None) -> str:
 
 def params_preview(call: ToolCall, limit: int) -> str:
     """`[Tool: name]`, then the parameters JSON cut to `limit` characters plus `...`."""
-    if call.input_json is None:
+    if call.state is None or "input" not in call.state:
         return f"[Tool: {call.name}]"
-    preview = call.input_json
+    preview = dump_input(call.state["input"])
     if len(preview) > limit:
         preview = preview[:limit] + "..."
     return f"[Tool: {call.name}] {preview}"
 
 
 def format_message(
-    message: Message,
-    m: int,
-    results: dict[tuple[int, int], Result],
-    params: dict[tuple[int, int], int],
-    config: ForkConfig,
+    message: Message, rendered: dict[ToolCall | ToolResult, tuple[str, int]], config: ForkConfig
 ) -> tuple[str, str]:
-    """The message's label line and its body (every following line, each led by a newline)."""
+    """The message's label line and its body (every following line, each led by a newline).
+
+    `rendered` holds the cut text and tier of each result of the message. The parts are walked
+    from the last, so that a legacy call knows the tier of the tool_result after it.
+    """
     lines: list[str] = []
-    for p, part in enumerate(message.parts):
+    next_tier = 0  # tier of the nearest tool_result after this part; 0: none
+    for part in reversed(message.parts):
         if isinstance(part, str):
             lines.append(part)
             continue
-        if isinstance(part, ToolCall):
-            lines.append(params_preview(part, params[(m, p)]))
-        result = results.get((m, p))
+        result = rendered.get(part)
+        if isinstance(part, ToolResult):
+            assert result is not None
+            lines.append("[Tool result]\n" + result[0])
+            next_tier = result[1]
+            continue
         if result is not None:
-            lines.append("[Tool result]\n" + result.text)
+            lines.append("[Tool result]\n" + result[0])
+        tier = next_tier if part.legacy else result[1] if result is not None else 0
+        limit = config.params_limit(tier) if tier else config.params_tier1
+        lines.append(params_preview(part, limit))
+    lines.reverse()
     if message.error_line is not None:
         lines.append(message.error_line)
-    return "\n" + label(message.meta.role) + ":", "".join("\n" + line for line in lines)
+    body = "\n" + "\n".join(lines) if lines else ""
+    return "\n" + label(message.role) + ":", body

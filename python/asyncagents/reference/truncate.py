@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ForkConfig
-from .session import Message, ToolCall, ToolResult
+from .session import ToolCall, ToolResult
 
 
 @dataclass(slots=True)
@@ -33,95 +33,54 @@ def cut_head_tail(text: str, limit: int, config: ForkConfig) -> str:
     return f"{text[:head]}\n...[truncated {size - head - tail} chars]...\n{text[size - tail :]}"
 
 
-def wants_head_tail(name: str, status: str | None, text: str, config: ForkConfig) -> bool:
+def wants_head_tail(name: str, is_error: bool, text: str, config: ForkConfig) -> bool:
     """Terminal tools and error-looking output keep their tail: that is where failures show."""
     return (
-        any(keyword in name for keyword in config.head_tail_keywords)
-        or status == "error"
+        is_error
+        or any(keyword in name for keyword in config.head_tail_keywords)
         or any(pattern in text for pattern in config.error_patterns)
     )
 
 
-def result_text(part: ToolCall | ToolResult, config: ForkConfig) -> str | None:
-    """The raw result text of a part, or None when it has no result."""
-    if isinstance(part, ToolResult):
-        return part.text
-    if part.result is None:
-        return None
-    return config.cleared_marker if part.compacted else part.result
+class ResultTiers:
+    """Numbers results from the newest (call `take` newest first) and counts what it cut.
 
-
-@dataclass(slots=True)
-class Result:
-    """One tool result with the tier-limited text it renders as."""
-
-    text: str
-    tier: int
-
-
-def process_results(
-    messages: list[Message], config: ForkConfig
-) -> tuple[dict[tuple[int, int], Result], dict[tuple[int, int], int], ResultCounts]:
-    """Tier and cut every result of the kept messages.
-
-    Returns the rendered result per (message position, part position), the parameter limit
-    per tool part that has one, and the counters.
+    Only results that will be rendered get their cut text; for the others (messages the budget
+    drops) the counters need lengths and, for a cut result, the error pattern search.
     """
-    located: list[tuple[int, int, ToolCall | ToolResult, str]] = []
-    for m, message in enumerate(messages):
-        for p, part in enumerate(message.parts):
-            if isinstance(part, ToolCall | ToolResult):
-                text = result_text(part, config)
-                if text is not None:
-                    located.append((m, p, part, text))
 
-    counts = ResultCounts()
-    results: dict[tuple[int, int], Result] = {}
-    total = len(located)
-    for position, (m, p, part, text) in enumerate(located):
-        tier = config.tier_of(total - 1 - position)
+    def __init__(self, config: ForkConfig) -> None:
+        self.config = config
+        self.counts = ResultCounts()
+        self.taken = 0
+        self._tier1_end = config.tier1_count
+        self._tier2_end = config.tier1_count + config.tier2_count
+
+    def take(self, result: ToolCall | ToolResult, render: bool) -> tuple[str, int]:
+        """The next older result's rendered text ("" when not `render`) and tier."""
+        config, counts = self.config, self.counts
+        index = self.taken
+        self.taken += 1
+        text = config.cleared_marker if result.compacted else result.result or ""
+        if index >= self._tier2_end:
+            tier, limit = 3, config.tier3_limit
+        elif index >= self._tier1_end:
+            tier, limit = 2, config.tier2_limit
+        else:
+            tier, limit = 1, -1
         if config.cleared_marker in text:
             counts.compacted += 1
-            results[(m, p)] = Result(text, tier)
-            continue
-        if tier == 1:
-            counts.tier1 += 1
+            return text, tier
+        if tier == 3:
+            counts.tier3 += 1
         elif tier == 2:
             counts.tier2 += 1
         else:
-            counts.tier3 += 1
-        limit = config.result_limit(tier)
-        if limit is not None and len(text) > limit:
-            counts.truncated += 1
-            status = part.status if isinstance(part, ToolCall) else None
-            if wants_head_tail(part.name, status, text, config):
-                counts.head_tail += 1
-                text = cut_head_tail(text, limit, config)
-            else:
-                text = cut_head_only(text, limit)
-        results[(m, p)] = Result(text, tier)
-
-    params: dict[tuple[int, int], int] = {}
-    for m, message in enumerate(messages):
-        for p, part in enumerate(message.parts):
-            if isinstance(part, ToolCall):
-                params[(m, p)] = _params_limit(message, m, p, part, results, config)
-    return results, params, counts
-
-
-def _params_limit(
-    message: Message,
-    m: int,
-    p: int,
-    call: ToolCall,
-    results: dict[tuple[int, int], Result],
-    config: ForkConfig,
-) -> int:
-    """A call's own result tier sets its limit; a legacy call takes the next tool_result's."""
-    if call.has_state:
-        own = results.get((m, p))
-        return config.params_limit(own.tier) if own else config.params_tier1
-    for q in range(p + 1, len(message.parts)):
-        if isinstance(message.parts[q], ToolResult):
-            return config.params_limit(results[(m, q)].tier)
-    return config.params_tier1
+            counts.tier1 += 1
+        if limit < 0 or len(text) <= limit:
+            return text, tier
+        counts.truncated += 1
+        if wants_head_tail(result.name, result.is_error, text, config):
+            counts.head_tail += 1
+            return (cut_head_tail(text, limit, config) if render else ""), tier
+        return (cut_head_only(text, limit) if render else ""), tier

@@ -1,89 +1,13 @@
-//! Stages 2 and 3 end to end: plan the results, measure every kept message, pick the survivors
-//! from the newest end, and build text only for them.
+//! The pipeline's stages 2 and 3 end to end (stage 1 ran in Python and chose `kept`): plan the
+//! results, measure every kept message from lengths alone, pick the survivors from the newest
+//! end, and build text only for them.
 
 use crate::budget::{fit, frame_len, Fit, CLOSE, OPEN};
+use crate::config::Config;
 use crate::session::Session;
+use crate::text::{count_chars, cut_head_tail, head_tail_sizes};
+use crate::tiers::{plan_results, Counts};
 use crate::transcript::{body, head, head_len, result_count, Count, Write};
-use crate::truncate::{cut_head_tail, head_tail_sizes, plan_results, Counts};
-
-/// The `ForkConfig` fields, read once.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub char_budget: usize,
-    pub char_no_removal: usize,
-    pub tier1_count: usize,
-    pub tier2_count: usize,
-    pub tier2_limit: usize,
-    pub tier3_limit: usize,
-    pub params_tier1: usize,
-    pub params_tier2: usize,
-    pub params_tier3: usize,
-    pub head_ratio: f64,
-    pub tail_ratio: f64,
-    pub error_patterns: Vec<String>,
-    pub head_tail_keywords: Vec<String>,
-    pub cleared_marker: String,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            char_budget: 200_000,
-            char_no_removal: 120_000,
-            tier1_count: 5,
-            tier2_count: 10,
-            tier2_limit: 3000,
-            tier3_limit: 500,
-            params_tier1: 500,
-            params_tier2: 200,
-            params_tier3: 100,
-            head_ratio: 0.8,
-            tail_ratio: 0.2,
-            error_patterns: [
-                "error",
-                "Error",
-                "ERROR",
-                "failed",
-                "FAILED",
-                "exception",
-                "traceback",
-            ]
-            .map(String::from)
-            .to_vec(),
-            head_tail_keywords: ["bash", "pty", "exec"].map(String::from).to_vec(),
-            cleared_marker: "[Old tool result content cleared]".to_owned(),
-        }
-    }
-}
-
-impl Config {
-    /// Tier (1, 2, 3) of the result numbered `index` from the newest.
-    pub fn tier_of(&self, index: usize) -> u8 {
-        if index < self.tier1_count {
-            1
-        } else if index < self.tier1_count.saturating_add(self.tier2_count) {
-            2
-        } else {
-            3
-        }
-    }
-
-    pub fn result_limit(&self, tier: u8) -> Option<usize> {
-        match tier {
-            1 => None,
-            2 => Some(self.tier2_limit),
-            _ => Some(self.tier3_limit),
-        }
-    }
-
-    pub fn params_limit(&self, tier: u8) -> usize {
-        match tier {
-            1 => self.params_tier1,
-            2 => self.params_tier2,
-            _ => self.params_tier3,
-        }
-    }
-}
 
 /// The context and its numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -97,7 +21,7 @@ pub struct Rendered {
 }
 
 /// Render the kept messages (indexes into the session, all in range).
-pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
+pub fn run(session: &Session, kept: &[usize], config: &Config) -> Rendered {
     let (plans, counts) = plan_results(session, kept, config);
     let messages: Vec<_> = kept
         .iter()
@@ -113,7 +37,7 @@ pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
     let mut ranges = Vec::with_capacity(messages.len());
     let mut at = 0;
     for message in &messages {
-        let n = result_count(message);
+        let n = result_count(session.parts_of(message));
         ranges.push(at..at + n);
         at += n;
     }
@@ -176,7 +100,7 @@ pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
             if let Some(message) = messages.get(last) {
                 context.push_str(&head(message));
             }
-            let chars = text.chars().count();
+            let chars = count_chars(&text);
             if chars > limit {
                 let (h, t) = head_tail_sizes(limit, config.head_ratio, config.tail_ratio);
                 cut_head_tail(&text, chars, h, t, &mut context);
@@ -187,7 +111,7 @@ pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
             (1, messages.len() - 1, true)
         }
     };
-    let total_chars = context.chars().count();
+    let total_chars = count_chars(&context);
     Rendered {
         context,
         final_count,
@@ -201,18 +125,22 @@ pub fn render(session: &Session, kept: &[usize], config: &Config) -> Rendered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::json::JsonReader;
+    use crate::json::scan::scan;
     use crate::session::{Message, Part, Source, Span, SpanKind};
 
     fn session(texts: &[&str]) -> Session {
         let mut arena = String::new();
         let mut messages = Vec::new();
+        let mut parts = Vec::new();
         for (n, text) in texts.iter().enumerate() {
             let start = arena.len();
             arena.push_str(text);
-            let span = Span::new(start, arena.len(), SpanKind::Plain);
+            let span = Span::new(start, arena.len(), count_chars(text), SpanKind::Plain);
+            parts.push(Part::Text(span));
             messages.push(Message {
                 role: Some(if n % 2 == 0 { "user" } else { "assistant" }.into()),
-                parts: vec![Part::Text(span)],
+                parts: n..n + 1,
                 ..Message::default()
             });
         }
@@ -222,6 +150,22 @@ mod tests {
                 strings: Vec::new(),
             },
             messages,
+            parts,
+        }
+    }
+
+    /// A session read from JSON text by the JSON front end.
+    fn from_json(doc: &str) -> Session {
+        let mut reader = JsonReader::new(doc);
+        assert_eq!(scan(doc, &mut reader), Ok(true));
+        assert!(reader.error.is_none());
+        Session {
+            source: Source::Objects {
+                owned: doc.to_owned(),
+                strings: Vec::new(),
+            },
+            messages: reader.messages,
+            parts: reader.parts,
         }
     }
 
@@ -233,7 +177,7 @@ mod tests {
             char_no_removal: 0,
             ..Config::default()
         };
-        let out = render(&s, &[0, 1, 2], &config);
+        let out = run(&s, &[0, 1, 2], &config);
         assert_eq!(out.removed_messages, 1);
         assert_eq!(out.final_count, 2);
         assert_eq!(
@@ -254,7 +198,7 @@ mod tests {
             char_no_removal: 0,
             ..Config::default()
         };
-        let out = render(&s, &[0], &config);
+        let out = run(&s, &[0], &config);
         assert!(out.hard_capped);
         assert!(out.total_chars <= 150);
         // limit = 150 - (40 + 6) - 36 = 68: head 54, tail 13
@@ -269,9 +213,36 @@ mod tests {
     }
 
     #[test]
+    fn legacy_call_takes_the_tier_of_the_next_tool_result() {
+        let long = "x".repeat(300);
+        let doc = format!(
+            r#"[{{"info":{{"role":"assistant"}},"parts":[
+                {{"type":"tool","tool":"read","state":{{"input":{{"a":"{long}"}}}}}},
+                {{"type":"tool_result","text":"out"}},
+                {{"type":"tool","tool":"grep","state":{{"input":{{"b":"{long}"}}}}}}]}}]"#
+        );
+        let s = from_json(&doc);
+        let config = Config {
+            tier1_count: 0,
+            tier2_count: 0,
+            ..Config::default()
+        };
+        let out = run(&s, &[0], &config);
+        let first = format!("{{\"a\":\"{}", &long[..94]);
+        let second = format!("{{\"b\":\"{}\"}}", long);
+        assert_eq!(
+            out.context,
+            format!(
+                "<inherited_context>\nAgent:\n[Tool: read] {first}...\n[Tool result]\nout\n\
+                 [Tool: grep] {second}\n</inherited_context>"
+            )
+        );
+    }
+
+    #[test]
     fn no_messages_no_context() {
         let s = session(&[]);
-        let out = render(&s, &[], &Config::default());
+        let out = run(&s, &[], &Config::default());
         assert_eq!(out.context, "");
         assert_eq!(out.final_count, 0);
     }

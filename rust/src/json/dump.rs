@@ -320,7 +320,7 @@ pub fn dump_raw<S: Sink + ?Sized>(raw: &str, out: &mut S) -> Result<(), Full> {
         Some(b'"') => {
             let inner = raw.get(1..raw.len().saturating_sub(1)).unwrap_or("");
             if inner.contains('\\') {
-                write_string(&crate::session::unescape(inner), out)
+                write_string(&super::unescape::unescape(inner), out)
             } else {
                 // A literal without escapes has nothing Python would escape.
                 out.put_char('"')?;
@@ -359,6 +359,31 @@ pub fn dump_raw<S: Sink + ?Sized>(raw: &str, out: &mut S) -> Result<(), Full> {
     }
 }
 
+/// An object key, borrowed from the input when it has no escapes.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
 /// The entries of a JSON object, deduplicated like a Python dict built from them.
 struct Entries<'a>(Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)>);
 
@@ -381,7 +406,7 @@ impl<'de> serde::Deserialize<'de> for Entries<'de> {
                 let mut index: Option<
                     std::collections::HashMap<std::borrow::Cow<'de, str>, usize>,
                 > = None;
-                while let Some(key) = map.next_key::<crate::parse_json::Key<'de>>()? {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
                     let value = map.next_value()?;
                     let key = key.0;
                     let found = match &mut index {

@@ -1,0 +1,338 @@
+//! The message rules, written once: `read_messages` is generic over a `Source` (the scanned
+//! JSON document, or Python dicts and lists), so both front ends check the same fields in the
+//! same order with the same paths and details, and build the same session.
+
+pub mod json;
+pub mod py;
+
+use crate::errors::{self as e, InputError, Loc};
+use crate::session::{Message, Part, SmallStr, Span, ToolCall};
+use crate::text::error_line;
+
+/// A field the pipeline reads, named by the object it sits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Info,
+    Parts,
+    Role,
+    Id,
+    ParentId,
+    Summary,
+    InfoError,
+    ErrorName,
+    ErrorData,
+    DataMessage,
+    Type,
+    Text,
+    Ignored,
+    Tool,
+    PartName,
+    TailStartId,
+    State,
+    Status,
+    Input,
+    Output,
+    StateError,
+    Time,
+    Compacted,
+}
+
+impl Field {
+    /// The key, as written in the input and in error paths.
+    pub fn key(self) -> &'static str {
+        match self {
+            Field::Info => "info",
+            Field::Parts => "parts",
+            Field::Role => "role",
+            Field::Id => "id",
+            Field::ParentId => "parentID",
+            Field::Summary => "summary",
+            Field::InfoError | Field::StateError => "error",
+            Field::ErrorName | Field::PartName => "name",
+            Field::ErrorData => "data",
+            Field::DataMessage => "message",
+            Field::Type => "type",
+            Field::Text => "text",
+            Field::Ignored => "ignored",
+            Field::Tool => "tool",
+            Field::TailStartId => "tail_start_id",
+            Field::State => "state",
+            Field::Status => "status",
+            Field::Input => "input",
+            Field::Output => "output",
+            Field::Time => "time",
+            Field::Compacted => "compacted",
+        }
+    }
+}
+
+/// The part types the pipeline reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartType {
+    Text,
+    Tool,
+    ToolResult,
+    Compaction,
+    Other,
+}
+
+impl PartType {
+    pub fn of(kind: &str) -> PartType {
+        match kind {
+            "text" => PartType::Text,
+            "tool" => PartType::Tool,
+            "tool_result" => PartType::ToolResult,
+            "compaction" => PartType::Compaction,
+            _ => PartType::Other,
+        }
+    }
+}
+
+/// What a value is.
+pub enum Kind<S: Source> {
+    /// absent or null
+    Absent,
+    Str(S::Str),
+    Bool(bool),
+    Number,
+    Object(S::Object),
+    Array(S::Array),
+    Other,
+}
+
+/// Input the message rules can read: objects with fields, arrays with items, scalars.
+pub trait Source: Sized {
+    type Value;
+    type Object;
+    type Array;
+    type Str;
+    type Error: From<InputError>;
+
+    fn kind(&self, value: Self::Value) -> Kind<Self>;
+    /// The value of `field` (absent or null: a value of kind `Absent`).
+    fn get(&self, object: &Self::Object, field: Field) -> Result<Self::Value, Self::Error>;
+    fn len(&self, array: &Self::Array) -> usize;
+    fn item(&self, array: &Self::Array, index: usize) -> Result<Self::Value, Self::Error>;
+    /// Whether a value is the boolean `true` (`info.summary`).
+    fn is_true(&self, value: &Self::Value) -> bool;
+    /// A short string (role, id, name), copied; `loc`/`key` name it in errors.
+    fn short(&mut self, s: Self::Str, loc: Loc, key: &str) -> Result<SmallStr, Self::Error>;
+    /// A part's `type`, without copying it.
+    fn part_type(&mut self, s: Self::Str, loc: Loc) -> Result<PartType, Self::Error>;
+    /// A long string (text, output), kept where it is, with its length in code points.
+    fn long(&mut self, s: Self::Str, loc: Loc, key: &str) -> Result<Span, Self::Error>;
+    /// `state.input` when present (a present `null` included): checked and kept for dumping.
+    fn input(&mut self, state: &Self::Object, loc: Loc) -> Result<Option<Span>, Self::Error>;
+}
+
+fn object<S: Source>(
+    src: &S,
+    parent: &S::Object,
+    field: Field,
+    loc: Loc,
+) -> Result<Option<S::Object>, S::Error> {
+    match src.kind(src.get(parent, field)?) {
+        Kind::Absent => Ok(None),
+        Kind::Object(o) => Ok(Some(o)),
+        _ => Err(loc.err(Some(field.key()), e::EXPECTED_OBJECT).into()),
+    }
+}
+
+fn short<S: Source>(
+    src: &mut S,
+    parent: &S::Object,
+    field: Field,
+    loc: Loc,
+) -> Result<Option<SmallStr>, S::Error> {
+    match src.kind(src.get(parent, field)?) {
+        Kind::Absent => Ok(None),
+        Kind::Str(s) => src.short(s, loc, field.key()).map(Some),
+        _ => Err(loc.err(Some(field.key()), e::EXPECTED_STRING).into()),
+    }
+}
+
+fn long<S: Source>(
+    src: &mut S,
+    parent: &S::Object,
+    field: Field,
+    loc: Loc,
+) -> Result<Option<Span>, S::Error> {
+    match src.kind(src.get(parent, field)?) {
+        Kind::Absent => Ok(None),
+        Kind::Str(s) => src.long(s, loc, field.key()).map(Some),
+        _ => Err(loc.err(Some(field.key()), e::EXPECTED_STRING).into()),
+    }
+}
+
+fn non_empty(s: Option<SmallStr>) -> Option<SmallStr> {
+    s.filter(|s| !s.is_empty())
+}
+
+/// Read every message of `list` into `messages` and their parts into `parts`.
+pub fn read_messages<S: Source>(
+    src: &mut S,
+    list: &S::Array,
+    messages: &mut Vec<Message>,
+    parts: &mut Vec<Part>,
+) -> Result<(), S::Error> {
+    let count = src.len(list);
+    messages.reserve(count);
+    for i in 0..count {
+        let value = src.item(list, i)?;
+        let message = read_message(src, value, i, parts)?;
+        messages.push(message);
+    }
+    Ok(())
+}
+
+/// Read message `i` (`value`), appending its parts to `parts`.
+pub fn read_message<S: Source>(
+    src: &mut S,
+    value: S::Value,
+    i: usize,
+    parts: &mut Vec<Part>,
+) -> Result<Message, S::Error> {
+    let Kind::Object(msg) = src.kind(value) else {
+        return Err(Loc::Message(i).err(None, e::EXPECTED_OBJECT).into());
+    };
+    let info = match src.kind(src.get(&msg, Field::Info)?) {
+        Kind::Absent => return Err(Loc::Message(i).err(Some("info"), e::MISSING).into()),
+        Kind::Object(info) => info,
+        _ => return Err(Loc::Message(i).err(Some("info"), e::EXPECTED_OBJECT).into()),
+    };
+    let iloc = Loc::Info(i);
+    let role = short(src, &info, Field::Role, iloc)?;
+    let id = short(src, &info, Field::Id, iloc)?;
+    let parent_id = short(src, &info, Field::ParentId, iloc)?;
+    let mut error = None;
+    if role.as_deref() == Some("assistant") {
+        if let Some(err) = object(src, &info, Field::InfoError, iloc)? {
+            let name = short(src, &err, Field::ErrorName, Loc::Error(i))?;
+            let detail = match object(src, &err, Field::ErrorData, Loc::Error(i))? {
+                Some(data) => short(src, &data, Field::DataMessage, Loc::Data(i))?,
+                None => None,
+            };
+            error = Some(error_line(name.as_deref(), detail.as_deref()));
+        }
+    }
+    let list = match src.kind(src.get(&msg, Field::Parts)?) {
+        Kind::Absent => return Err(Loc::Message(i).err(Some("parts"), e::MISSING).into()),
+        Kind::Array(list) => list,
+        _ => return Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into()),
+    };
+    // Only an assistant message can be a compaction summary: nobody else's is read.
+    let summary =
+        role.as_deref() == Some("assistant") && src.is_true(&src.get(&info, Field::Summary)?);
+    let first = parts.len();
+    let mut markers = Vec::new();
+    let mut last_tool_name: Option<SmallStr> = None;
+    let user = role.as_deref() == Some("user");
+    for j in 0..src.len(&list) {
+        let loc = Loc::Part(i, j);
+        let Kind::Object(part) = src.kind(src.item(&list, j)?) else {
+            return Err(loc.err(None, e::EXPECTED_OBJECT).into());
+        };
+        let kind = match src.kind(src.get(&part, Field::Type)?) {
+            Kind::Absent => return Err(loc.err(Some("type"), e::MISSING).into()),
+            Kind::Str(s) => src.part_type(s, loc)?,
+            _ => return Err(loc.err(Some("type"), e::EXPECTED_STRING).into()),
+        };
+        match kind {
+            PartType::Text => {
+                let text = long(src, &part, Field::Text, loc)?;
+                let ignored = match src.kind(src.get(&part, Field::Ignored)?) {
+                    Kind::Absent => false,
+                    Kind::Bool(b) => b,
+                    _ => return Err(loc.err(Some("ignored"), e::EXPECTED_BOOLEAN).into()),
+                };
+                if let Some(text) = text.filter(|t| !t.is_empty()) {
+                    if !ignored {
+                        parts.push(Part::Text(text));
+                    }
+                }
+            }
+            PartType::Tool => {
+                let call = read_tool(src, &part, i, j)?;
+                last_tool_name = Some(call.name.clone());
+                parts.push(Part::Tool(call));
+            }
+            PartType::ToolResult => {
+                let text = long(src, &part, Field::Text, loc)?;
+                let tool = non_empty(short(src, &part, Field::Tool, loc)?);
+                let alt = non_empty(short(src, &part, Field::PartName, loc)?);
+                if let Some(text) = text.filter(|t| !t.is_empty()) {
+                    let name = tool
+                        .or(alt)
+                        .or_else(|| last_tool_name.clone())
+                        .unwrap_or_else(|| SmallStr::new(""));
+                    parts.push(Part::ToolResult { name, text });
+                }
+            }
+            PartType::Compaction => {
+                let tail = short(src, &part, Field::TailStartId, loc)?;
+                if user {
+                    markers.push(tail.map(|t| t.to_string()));
+                }
+            }
+            PartType::Other => {}
+        }
+    }
+    Ok(Message {
+        role,
+        id,
+        parent_id,
+        summary,
+        markers,
+        error_line: error,
+        parts: first..parts.len(),
+    })
+}
+
+fn read_tool<S: Source>(
+    src: &mut S,
+    part: &S::Object,
+    i: usize,
+    j: usize,
+) -> Result<ToolCall, S::Error> {
+    let loc = Loc::Part(i, j);
+    let tool = non_empty(short(src, part, Field::Tool, loc)?);
+    let alt = non_empty(short(src, part, Field::PartName, loc)?);
+    let name = tool.or(alt).unwrap_or_else(|| SmallStr::new("unknown"));
+    let mut call = ToolCall {
+        name,
+        legacy: true,
+        input: None,
+        status_error: false,
+        result: None,
+        compacted: false,
+    };
+    let Some(state) = object(src, part, Field::State, loc)? else {
+        return Ok(call);
+    };
+    let sloc = Loc::State(i, j);
+    let status = short(src, &state, Field::Status, sloc)?;
+    call.legacy = status.is_none();
+    call.input = src.input(&state, sloc)?;
+    match status.as_deref() {
+        Some("completed") => {
+            call.result = Some(long(src, &state, Field::Output, sloc)?.unwrap_or(Span::EMPTY));
+            if let Some(time) = object(src, &state, Field::Time, sloc)? {
+                call.compacted = match src.kind(src.get(&time, Field::Compacted)?) {
+                    Kind::Absent => false,
+                    Kind::Number => true,
+                    _ => {
+                        return Err(Loc::Time(i, j)
+                            .err(Some("compacted"), e::EXPECTED_NUMBER)
+                            .into())
+                    }
+                };
+            }
+        }
+        Some("error") => {
+            call.status_error = true;
+            call.result = Some(long(src, &state, Field::StateError, sloc)?.unwrap_or(Span::EMPTY));
+        }
+        _ => {}
+    }
+    Ok(call)
+}
