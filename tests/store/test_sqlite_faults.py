@@ -9,6 +9,7 @@ mounting is permitted) and a per-file size limit (everywhere).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -17,15 +18,18 @@ import signal
 import sqlite3
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import pytest
 from asyncagents.tasks import StoreError
 from asyncagents.tasks.models import Notice, NoticeKind, Task, TaskStatus, now_ms
 from asyncagents.tasks.store import SQLiteTaskStore
+from asyncagents.tasks.store import sqlite as sqlite_module
 from asyncagents.tasks.store.sqlite import APPLICATION_ID, SCHEMA_VERSION
 from store_records import make_notice, make_task
 
@@ -499,6 +503,55 @@ async def test_concurrent_first_opens_of_one_new_file_all_succeed(tmp_path: Path
     assert [[t.id for t in await s.list_tasks()] for s in stores] == [["tsk_1"]] * 6
     for s in stores:
         await s.close()
+
+
+class _CreatesTheStoreMidCheck:
+    """A connection that lets another store create the schema right after the first check has
+    read the file's pragmas and before it reads its tables (the window two processes opening
+    one new file can hit)."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db, self._path, self._fired = db, path, False
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql.startswith("SELECT type, name FROM sqlite_master") and not self._fired:
+            self._fired = True
+
+            def other_process() -> None:
+                # locked out by the check's read transaction: it gives up, which is fine
+                with contextlib.suppress(StoreError):
+                    asyncio.run(SQLiteTaskStore(self._path, busy_timeout_ms=200).open())
+
+            thread = threading.Thread(target=other_process)
+            thread.start()
+            thread.join(5)
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+async def test_a_store_created_by_another_process_during_the_first_check_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tasks.db"
+    connect = sqlite3.connect
+    first = [True]
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        # only the store under test gets the interleaving; the other one connects plainly
+        db = connect(*args, **kwargs)
+        if first[0]:
+            first[0] = False
+            return _CreatesTheStoreMidCheck(db, path)
+        return db
+
+    monkeypatch.setattr(sqlite_module.sqlite3, "connect", patched)
+    store = SQLiteTaskStore(path)
+    await store.open()
+    await store.insert(make_task("tsk_1"))
+    assert [t.id for t in await store.list_tasks()] == ["tsk_1"]
+    await store.close()
 
 
 # --- large records -------------------------------------------------------------------------------

@@ -173,7 +173,14 @@ class SQLiteTaskStore:
             raise self._error("opening the file", exc) from exc
         try:
             db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            self._check(db)  # read only: nothing is written to a database that is not ours
+            # read only, so nothing is written to a database that is not ours; in one read
+            # transaction, so the pragmas and the tables are one snapshot (another process may
+            # be creating the schema right now)
+            db.execute("BEGIN")
+            try:
+                self._check(db)
+            finally:
+                _rollback(db)
             if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
