@@ -197,7 +197,11 @@ class Worker:
         """Read stdin commands until ``stop`` or the end of stdin."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        try:
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        except (ValueError, OSError) as exc:  # stdin a regular file: run on signals only
+            emit("no_commands", error=str(exc))
+            return
         launches: set[asyncio.Task[None]] = set()
         while True:
             line = await reader.readline()
