@@ -55,7 +55,7 @@ from e2e_support import running_server
 from fake_model import FakeModel
 from fake_opencode import FakeOpenCodeProcess
 from pg_server import PostgresServer, running_postgres
-from workers import Worker, all_ended, open_store
+from workers import Worker, all_ended, create_store, open_store
 
 SMOKE = os.environ.get("ASYNCAGENTS_BENCH_SMOKE") == "1"
 PARENT_MESSAGES = 200 if SMOKE else 2_000
@@ -312,6 +312,7 @@ def test_worker_completions_per_second(
         for worker in state.get("workers", []):
             worker.stop()
         spec = _store_spec(store_kind, request, tmp_path_factory.mktemp("workers"))
+        loop.run_until_complete(create_store(spec))
         joined = ",".join(loop.run_until_complete(parents(8)))
         workers = [
             Worker(
@@ -391,6 +392,7 @@ def test_takeover_latency_after_kill(
         cleanup()
         server = FakeOpenCodeProcess(heartbeat=2.0).start()  # its own: release() is for good
         spec = _store_spec(store_kind, request, tmp_path_factory.mktemp("takeover"))
+        loop.run_until_complete(create_store(spec))
 
         async def parent() -> str:
             async with OpenCodeBackend(server.url) as backend:

@@ -3,13 +3,14 @@ server in its own process, and a real PostgreSQL (tests/pg_server.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fake_opencode import FakeOpenCodeProcess
 from pg_server import PostgresServer, running_postgres
-from workers import Worker
+from workers import Worker, create_store
 
 
 @pytest.fixture
@@ -37,6 +38,9 @@ def postgres() -> Iterator[PostgresServer]:
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """``sqlite:<new file>`` or ``postgres:<new database>``, for the workers and the checks."""
     if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'tasks.sqlite3'}"
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return f"postgres:{server.create_database()}"
+        spec = f"sqlite:{tmp_path / 'tasks.sqlite3'}"
+    else:
+        server: PostgresServer = request.getfixturevalue("postgres")
+        spec = f"postgres:{server.create_database()}"
+    asyncio.run(create_store(spec))
+    return spec

@@ -13,7 +13,7 @@ import pytest
 from asyncagents.tasks import OpenCodeBackend, TaskStatus, TaskStore
 from fake_opencode import FakeOpenCodeProcess
 from polling import until
-from workers import Worker, all_ended, notice_counts, open_store, tasks_by_id
+from workers import Worker, all_ended, create_store, notice_counts, open_store, tasks_by_id
 
 WORKERS = 4
 TASKS = 500
@@ -74,6 +74,7 @@ async def test_two_backends_on_one_file_never_touch_each_other(
     workers: list[Worker],
 ) -> None:
     spec = f"sqlite:{tmp_path}/shared.sqlite3"
+    await create_store(spec)
     servers = (fake_server, own_fake_server)
     async with (
         OpenCodeBackend(fake_server.url) as backend_a,

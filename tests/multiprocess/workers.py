@@ -98,6 +98,19 @@ def open_store(spec: str) -> TaskStore:
     return SQLiteTaskStore(target) if kind == "sqlite" else PostgresTaskStore(target, max_size=2)
 
 
+async def create_store(spec: str) -> None:
+    """Create the store's schema before the workers start.
+
+    Workaround: `SQLiteTaskStore.open` run by several processes at once on a new file can
+    refuse it as "not an asyncagents task store" (its first, unlocked check reads
+    ``application_id`` and ``user_version`` in two statements, and another process may commit
+    the schema in between); reported to the store's owner.
+    """
+    store = open_store(spec)
+    await store.open()
+    await store.close()
+
+
 async def notice_counts(backend: OpenCodeBackend, parents: list[str]) -> Counter[str]:
     """How many notices each task id got, over all the parents' deliveries."""
     counts: Counter[str] = Counter()
