@@ -26,7 +26,9 @@ It prints one JSON object per line on stdout (flushed), each with an ``"event"``
   ``task_id``, ``status``, ``owner``: every end of a task this worker recorded;
 - ``stats`` (every ``--stats-interval`` s and on request): ``following`` (runs followed now),
   ``completions``, ``taken_over``, ``delivered`` (notices), ``rss_kb``;
-- ``stopped``: ``reason``, after a clean close (exit status 0); ``fatal``: ``error`` (status 1).
+- ``stopped``: ``reason``, after a clean close (exit status 0); ``fatal``: ``error`` (status 1);
+- ``bad_command``: ``line``, ``error``; ``no_commands``: stdin cannot be watched (a regular
+  file), so only signals stop it.
 """
 
 from __future__ import annotations
