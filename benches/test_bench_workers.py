@@ -35,6 +35,7 @@ from workers_support import (
     WorkerProcess,
     Workers,
     count_notices,
+    create_store,
     make_parents,
     open_store,
     store_args,
@@ -76,9 +77,9 @@ def postgres() -> Iterator[PostgresServer]:
 
 def _where(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if kind == "sqlite":
-        return str(tmp_path / "tasks.sqlite3")
+        return create_store("sqlite", str(tmp_path / "tasks.sqlite3"))
     server: PostgresServer = request.getfixturevalue("postgres")
-    return server.create_database()
+    return create_store("postgres", server.create_database())
 
 
 def _completed(workers: Workers) -> int:
@@ -229,7 +230,7 @@ def test_memory_per_1000_active_tasks(benchmark: Any, tmp_path: Path) -> None:
         worker = workers.add(
             WorkerProcess(
                 server.url,
-                store_args("sqlite", str(tmp_path / "tasks.sqlite3")),
+                store_args("sqlite", create_store("sqlite", str(tmp_path / "tasks.sqlite3"))),
                 "--lease-ttl",
                 "30",
                 *OPTIONS,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fake_opencode import FakeOpenCodeProcess
 from pg_server import PostgresServer, running_postgres
+from workers_support import create_store
 
 STORES = ["sqlite", "postgres"]
 
@@ -35,8 +36,9 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def store_where(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    """Where the workers' shared store is: a SQLite path or a new database's DSN."""
+    """Where the workers' shared store is: a SQLite path or a new database's DSN, with the
+    schema created (see `create_store`)."""
     if store_kind == "sqlite":
-        return str(tmp_path / "tasks.sqlite3")
+        return create_store("sqlite", str(tmp_path / "tasks.sqlite3"))
     server: PostgresServer = request.getfixturevalue("postgres")
-    return server.create_database()
+    return create_store("postgres", server.create_database())

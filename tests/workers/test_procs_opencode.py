@@ -2,11 +2,13 @@
 (the scripted fake model of tests/e2e): 40 tasks over parents shared by every worker, none
 lost, each ended once by its owner, every notice exactly once to its parent (counted in the
 parent's user messages on the server). Fewer tasks than against the fake server: each one is a
-real OpenCode session and model turn, and so is each delivery."""
+real OpenCode session and model turn, and so is each delivery. Then kill -9 of a worker whose
+turns still run in OpenCode: the other one takes them over and finishes them."""
 
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +108,69 @@ async def test_four_workers_on_opencode_none_lost_notices_once(
             assert worker.terminate() == 0, worker.stderr_tail()
             assert worker.of("fatal") == []
             assert worker.of("stats")[-1]["taken_over"] == 0
+
+
+KILL_LEASE = 4.0
+KILL_MARGIN = 20.0
+SLOW = 8
+
+
+async def test_kill_on_opencode_tasks_taken_over_and_finished(
+    opencode_url: str, store_kind: str, store_where: str, tmp_path: Path
+) -> None:
+    """kill -9 of a worker while its turns run in OpenCode (the fake model answers after 6 s):
+    the other worker takes them over after the lease and records each reply; one notice each.
+    Notices are added without a reply (``--wake never``): a woken parent would echo the delay tag
+    of the result it is told and sleep 6 s itself per delivery."""
+    parents = make_parents(opencode_url, 2)
+    options = (
+        "--lease-ttl", str(KILL_LEASE), "--poll-interval", "1", "--notice-interval", "0.3",
+        "--notice-claim-ttl", "10", "--wake", "never", "--stats-interval", "1",
+    )  # fmt: skip
+    where = store_args(store_kind, store_where)
+    with Workers() as workers:
+        victim, survivor = workers.add_all(
+            [
+                WorkerProcess(opencode_url, where, *options, log_dir=tmp_path / name)
+                for name in ("victim", "survivor")
+            ]
+        )
+        victim.launch(SLOW, parents, "[fake:delay=6] slow {i}")
+        held = victim.launched(timeout=120)["task_ids"]
+        assert len(held) == SLOW
+        async with open_store(store_kind, store_where) as store:
+
+            async def started() -> bool:
+                tasks = await tasks_by_id(store)
+                return all(tasks[t].turn_started_at is not None for t in held)
+
+            await until(started, 60, "the slow turns started", every=0.1)
+            killed_at = time.monotonic()
+            victim.kill()
+            survivors = {survivor.instance_id}
+
+            async def completed() -> bool:
+                tasks = await tasks_by_id(store)
+                return all(
+                    tasks[t].owner in survivors and tasks[t].status is TaskStatus.COMPLETED
+                    for t in held
+                )
+
+            await until(completed, KILL_LEASE + KILL_MARGIN, "taken over and completed", every=0.2)
+            assert time.monotonic() - killed_at <= KILL_LEASE + KILL_MARGIN + 1.0
+
+            async def told() -> bool:
+                if await store.notices(backend=opencode_url):
+                    return False
+                return sum(count_notices(opencode_url, parents).by_notice.values()) >= SLOW
+
+            await until(told, 60, "every notice sent", every=0.3)
+            tasks = await tasks_by_id(store)
+
+        for t in held:
+            assert tasks[t].result == f"Reply to: {tasks[t].prompt}"
+        got = count_notices(opencode_url, parents)
+        assert got.doubled == {}
+        assert got.by_task == Counter(held)
+        assert survivor.terminate() == 0, survivor.stderr_tail()
+        assert survivor.of("stats")[-1]["taken_over"] == SLOW

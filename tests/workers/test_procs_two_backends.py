@@ -38,6 +38,8 @@ async def test_two_backends_on_one_file_never_touch_each_other(
     fake_server: FakeOpenCodeProcess, tmp_path: Path
 ) -> None:
     db = str(tmp_path / "tasks.sqlite3")
+    async with open_store("sqlite", db):
+        pass  # the schema exists before the workers start (see workers_support.create_store)
     one = fake_server
     with FakeOpenCodeProcess(heartbeat=2.0) as two, Workers() as workers:
         parents_one, parents_two = make_parents(one.url, 3), make_parents(two.url, 3)

@@ -26,7 +26,9 @@ It prints one JSON object per line on stdout (flushed), each with an ``"event"``
   ``task_id``, ``status``, ``owner``: every end of a task this worker recorded;
 - ``stats`` (every ``--stats-interval`` s and on request): ``following`` (runs followed now),
   ``completions``, ``taken_over``, ``delivered`` (notices), ``rss_kb``;
-- ``stopped``: ``reason``, after a clean close (exit status 0); ``fatal``: ``error`` (status 1).
+- ``stopped``: ``reason``, after a clean close (exit status 0); ``fatal``: ``error`` (status 1);
+- ``bad_command``: ``line``, ``error``; ``no_commands``: stdin cannot be watched (a regular
+  file), so only signals stop it.
 """
 
 from __future__ import annotations
@@ -197,7 +199,11 @@ class Worker:
         """Read stdin commands until ``stop`` or the end of stdin."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        try:
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        except (ValueError, OSError) as exc:  # stdin a regular file: run on signals only
+            emit("no_commands", error=str(exc))
+            return
         launches: set[asyncio.Task[None]] = set()
         while True:
             line = await reader.readline()

@@ -7,6 +7,7 @@ the `Workers` context manager).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -341,6 +342,20 @@ async def open_store(kind: str, where: str) -> AsyncIterator[TaskStore]:
         yield store
     finally:
         await store.close()
+
+
+def create_store(kind: str, where: str) -> str:
+    """Open and close the store once, so its schema exists before the workers start; returns
+    `where`. (`SQLiteTaskStore.open` of several processes racing on a NEW file can fail with
+    "database is locked" or refuse the half-made file as not ours: about 1 start in 10 of 4-8
+    processes on this machine; that is the store's to fix, not what these tests are about.)"""
+
+    async def once() -> None:
+        async with open_store(kind, where):
+            pass
+
+    asyncio.run(once())
+    return where
 
 
 async def tasks_by_id(store: TaskStore) -> dict[str, Task]:
