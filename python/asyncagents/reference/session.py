@@ -2,9 +2,8 @@
 
 Every check of docs/pipeline-contract.md lives here, in the order the contract fixes, so that
 the Rust engine can be held to the same path and detail for every malformed input. One pass over
-the messages checks everything and keeps only what the later stages read, for the messages
-stage 1 keeps; large strings are kept by reference, never copied, and parameters stay
-unserialised until a message is rendered.
+the messages checks everything and keeps only what the later stages read; large strings are
+kept by reference, never copied, and parameters stay unserialised until a message is rendered.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import re
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
 from typing import Any
@@ -71,11 +70,13 @@ class Message:
     parts: list[Part]
     #: the parts that carry a tool result, in part order
     results: list[ToolCall | ToolResult]
+    #: an assistant message whose ``info.summary`` is JSON true (a compaction summary)
+    summary: bool
 
 
 class ParsedMessages(list[Any]):
     """A message list that `load_json` parsed: its strings are known to hold no lone
-    surrogate (the document was checked as a whole), so `read_messages` does not look again."""
+    surrogate (the document was checked as a whole), so `read_session` does not look again."""
 
 
 class _Invalid(Exception):
@@ -288,42 +289,34 @@ def dump_input(value: Any) -> str:
 # --- messages -------------------------------------------------------------------------------
 
 
-def compaction_view(messages: Sequence[Any]) -> CompactionView:
-    """The sparse view stage 1 reads, from a light pass that checks nothing: `read_messages`
-    checks every message afterwards, so the view is used only when it was read from valid
-    messages, and stage 1 can decide which messages need a record before they are read.
-    Values of the wrong type are taken as absent here (never compared), so odd input reaches
-    the checks instead of failing in this pass."""
+@dataclass(slots=True)
+class Session:
+    """The checked messages and the sparse view stage 1 reads."""
+
+    messages: list[Message]
+    view: CompactionView
+
+
+def read_session(messages: Sequence[Any]) -> Session:
+    """Check every message, in order, and reduce it to a `Message` record; collect the
+    compaction view on the way (from checked values only)."""
+    records: list[Message] = []
     ids: list[str | None] = []
     markers: list[tuple[int, str | None, list[str | None]]] = []
     summaries: list[tuple[int, str | None]] = []
+    parsed = isinstance(messages, ParsedMessages)
     for i, raw in enumerate(messages):
-        info = raw.get("info") if isinstance(raw, dict) else None
-        if not isinstance(info, dict):
-            ids.append(None)
-            continue
-        msg_id = _str_or_none(info.get("id"))
+        try:
+            record, msg_id, parent_id, tail_ids = _read_message(raw, parsed)
+        except _Invalid as bad:
+            raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
+        records.append(record)
         ids.append(msg_id)
-        role = info.get("role")
-        if not isinstance(role, str):
-            continue
-        if role == "user":
-            parts = raw.get("parts")
-            if isinstance(parts, list | tuple):
-                tails = [
-                    _str_or_none(part.get("tail_start_id"))
-                    for part in parts
-                    if isinstance(part, dict) and _str_or_none(part.get("type")) == "compaction"
-                ]
-                if tails:
-                    markers.append((i, msg_id, tails))
-        elif role == "assistant" and info.get("summary") is True:
-            summaries.append((i, _str_or_none(info.get("parentID"))))
-    return CompactionView(len(ids), markers, summaries, _index_in(ids))
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+        if tail_ids:
+            markers.append((i, msg_id, tail_ids))
+        if record.summary:
+            summaries.append((i, parent_id))
+    return Session(records, CompactionView(len(records), markers, summaries, _index_in(ids)))
 
 
 def _index_in(ids: list[str | None]) -> Callable[[str], int | None]:
@@ -338,19 +331,6 @@ def _index_in(ids: list[str | None]) -> Callable[[str], int | None]:
     return index_of
 
 
-def read_messages(messages: Sequence[Any], wanted: Container[int]) -> list[Message | None]:
-    """Check every message, in order; reduce those whose index is `wanted` to a `Message`
-    record (None for the others: stage 1 dropped them, they are only checked)."""
-    records: list[Message | None] = []
-    parsed = isinstance(messages, ParsedMessages)
-    for i, raw in enumerate(messages):
-        try:
-            records.append(_read_message(raw, parsed, i in wanted))
-        except _Invalid as bad:
-            raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
-    return records
-
-
 _NO_RESULTS: list[ToolCall | ToolResult] = []
 
 # The readers below test the common cases inline, None or `type(v) is str and (parsed or
@@ -358,8 +338,10 @@ _NO_RESULTS: list[ToolCall | ToolResult] = []
 # else: a non-str raises, a non-ASCII str from caller objects gets the surrogate check.
 
 
-def _read_message(raw: Any, parsed: bool, keep: bool) -> Message | None:
-    """The message's record (None unless `keep`) once every field it reads is checked."""
+def _read_message(
+    raw: Any, parsed: bool
+) -> tuple[Message, str | None, str | None, list[str | None]]:
+    """The record, id, parentID and compaction tail ids, once every field read is checked."""
     if type(raw) is not dict and not isinstance(raw, dict):
         raise _Invalid("", "expected an object")
     info = raw.get("info")
@@ -382,6 +364,7 @@ def _read_message(raw: Any, parsed: bool, keep: bool) -> Message | None:
         raise _Invalid(".parts", "missing" if parts is None else "expected an array")
     items: list[Part] = []
     results = _NO_RESULTS
+    tail_ids: list[str | None] = []
     last_tool_name: str | None = None
     for j, part in enumerate(parts):
         try:
@@ -399,13 +382,11 @@ def _read_message(raw: Any, parsed: bool, keep: bool) -> Message | None:
                 ignored = part.get("ignored")
                 if ignored is not None and type(ignored) is not bool:
                     raise _Invalid(".ignored", "expected a boolean")
-                if text and not ignored and keep:
+                if text and not ignored:
                     items.append(text)
             elif kind == "tool":
                 call = _read_tool(part, parsed)
                 last_tool_name = call.name
-                if not keep:
-                    continue
                 items.append(call)
                 if call.result is not None:
                     if results is _NO_RESULTS:
@@ -415,17 +396,20 @@ def _read_message(raw: Any, parsed: bool, keep: bool) -> Message | None:
                 text = _string(part, "text", "")
                 tool = _string(part, "tool", "")
                 alt_name = _string(part, "name", "")
-                if text and keep:
+                if text:
                     found = ToolResult(tool or alt_name or last_tool_name or "", text)
                     items.append(found)
                     if results is _NO_RESULTS:
                         results = []
                     results.append(found)
             elif kind == "compaction":
-                _string(part, "tail_start_id", "")
+                tail_start_id = _string(part, "tail_start_id", "")
+                if role == "user":
+                    tail_ids.append(tail_start_id)
         except _Invalid as bad:
             raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
-    return Message(role, error_line, items, results) if keep else None
+    summary = role == "assistant" and info.get("summary") is True
+    return Message(role, error_line, items, results, summary), msg_id, parent_id, tail_ids
 
 
 def _error_line(info: dict[str, Any]) -> str | None:
