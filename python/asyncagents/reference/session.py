@@ -439,10 +439,10 @@ def _read_tool(part: dict[str, Any], parsed: bool) -> ToolCall:
     if status is not None and not (type(status) is str and (parsed or status.isascii())):
         status = _string(state, "status", ".state")
     if "input" in state:
-        if parsed:
-            check_parsed_input(state["input"], ".state.input")
-        else:
+        if not parsed:
             check_input(state["input"], ".state.input")
+        elif gc.is_tracked(state["input"]):  # see check_parsed_input
+            check_json_value(state["input"], ".state.input")
     if status == "completed":
         output = state.get("output")
         if output is not None and not (type(output) is str and (parsed or output.isascii())):
@@ -452,7 +452,10 @@ def _read_tool(part: dict[str, Any], parsed: bool) -> ToolCall:
         if time is not None:
             if type(time) is not dict:
                 time = _object(state, "time", ".state")
-            compacted = _number(time, "compacted", ".state.time") is not None  # type: ignore[arg-type]
+            stamp = time.get("compacted")  # type: ignore[union-attr]
+            if stamp is not None and type(stamp) is not int and type(stamp) is not float:
+                stamp = _number(time, "compacted", ".state.time")  # type: ignore[arg-type]
+            compacted = stamp is not None
         return ToolCall(name, state, False, output or "", False, compacted)
     if status == "error":
         error = _string(state, "error", ".state") or ""
