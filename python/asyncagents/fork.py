@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from . import _core
 from .compaction import CompactionSlice, CompactionView, slice_at_compaction
 from .config import DEFAULT_CONFIG, ForkConfig
 from .errors import ForkInputError
@@ -134,8 +135,6 @@ def _run_python(
 
 
 def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
-    from . import _core
-
     if _is_text(messages):
         data = bytes(messages) if isinstance(messages, bytearray | memoryview) else messages
         session = _core.parse_json(data)  # type: ignore[arg-type]

@@ -179,7 +179,7 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let list = message_list(messages)?;
     let mut src = PySource {
-        py: messages.py(),
+        keys: input::py::keys(messages.py()),
         arena: String::new(),
         strings: Vec::new(),
     };

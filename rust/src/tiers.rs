@@ -5,6 +5,7 @@
 //! the results that are cut and whose tool name or status does not already decide the cut.
 
 use std::cell::OnceCell;
+use std::sync::{Arc, Mutex};
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use memchr::memmem;
@@ -91,7 +92,7 @@ struct Needles<'c> {
     marker: memmem::Finder<'c>,
     marker_chars: usize,
     marker_escapable: bool,
-    errors: OnceCell<Option<AhoCorasick>>,
+    errors: OnceCell<Option<Arc<AhoCorasick>>>,
     errors_escapable: bool,
 }
 
@@ -121,16 +122,7 @@ impl<'c> Needles<'c> {
 
     fn looks_like_error(&self, session: &Session, span: Span) -> bool {
         let patterns = &self.config.error_patterns;
-        let automaton = self.errors.get_or_init(|| {
-            // Leftmost-first lets the automaton use its SIMD prefilter (Teddy); only
-            // whether there is a match matters.
-            // A contiguous NFA builds in microseconds; the prefilter does the searching.
-            AhoCorasick::builder()
-                .match_kind(MatchKind::LeftmostFirst)
-                .kind(Some(AhoCorasickKind::ContiguousNFA))
-                .build(patterns.iter())
-                .ok()
-        });
+        let automaton = self.errors.get_or_init(|| error_automaton(patterns));
         let find = |hay: &[u8], from: usize| match automaton {
             Some(ac) => ac
                 .find(aho_corasick::Input::new(hay).range(from.min(hay.len())..))
@@ -145,6 +137,32 @@ impl<'c> Needles<'c> {
         };
         contains(session, span, &find, self.errors_escapable)
     }
+}
+
+/// The automaton of the last error pattern list, kept between renders (building one costs more
+/// than a small session's whole render).
+static LAST_AUTOMATON: Mutex<Option<(Vec<String>, Arc<AhoCorasick>)>> = Mutex::new(None);
+
+/// A leftmost-first automaton (so its SIMD prefilter, Teddy, runs; only whether there is a
+/// match matters), contiguous NFA (built in microseconds; the prefilter does the searching).
+fn error_automaton(patterns: &[String]) -> Option<Arc<AhoCorasick>> {
+    let mut last = LAST_AUTOMATON.lock().ok();
+    if let Some(Some((cached, automaton))) = last.as_deref() {
+        if cached.as_slice() == patterns {
+            return Some(Arc::clone(automaton));
+        }
+    }
+    let automaton = Arc::new(
+        AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostFirst)
+            .kind(Some(AhoCorasickKind::ContiguousNFA))
+            .build(patterns)
+            .ok()?,
+    );
+    if let Some(slot) = last.as_deref_mut() {
+        *slot = Some((patterns.to_vec(), Arc::clone(&automaton)));
+    }
+    Some(automaton)
 }
 
 /// The result of a part, if it has one: its text, compacted flag, tool name and error status.

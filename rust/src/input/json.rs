@@ -2,7 +2,7 @@
 //! of the document (never copied, already measured in code points).
 
 use super::read_message;
-use super::{Field, Kind, Source};
+use super::{Field, Kind, PartType, Source};
 use crate::errors::{self as e, InputError, Loc};
 use crate::json::scan::{Doc, OnMessage, Str, Val, SLOTS};
 use crate::json::unescape::unescape;
@@ -132,6 +132,15 @@ impl Source for JsonSource<'_> {
             SmallStr::from(unescape(raw))
         } else {
             SmallStr::new(raw)
+        })
+    }
+
+    fn part_type(&mut self, s: Str, _: Loc) -> Result<PartType, InputError> {
+        let raw = self.raw(s);
+        Ok(if s.escaped {
+            PartType::of(&unescape(raw))
+        } else {
+            PartType::of(raw)
         })
     }
 

@@ -66,6 +66,28 @@ impl Field {
     }
 }
 
+/// The part types the pipeline reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartType {
+    Text,
+    Tool,
+    ToolResult,
+    Compaction,
+    Other,
+}
+
+impl PartType {
+    pub fn of(kind: &str) -> PartType {
+        match kind {
+            "text" => PartType::Text,
+            "tool" => PartType::Tool,
+            "tool_result" => PartType::ToolResult,
+            "compaction" => PartType::Compaction,
+            _ => PartType::Other,
+        }
+    }
+}
+
 /// What a value is.
 pub enum Kind<S: Source> {
     /// absent or null
@@ -95,6 +117,8 @@ pub trait Source: Sized {
     fn is_true(&self, value: &Self::Value) -> bool;
     /// A short string (role, id, name), copied; `loc`/`key` name it in errors.
     fn short(&mut self, s: Self::Str, loc: Loc, key: &str) -> Result<SmallStr, Self::Error>;
+    /// A part's `type`, without copying it.
+    fn part_type(&mut self, s: Self::Str, loc: Loc) -> Result<PartType, Self::Error>;
     /// A long string (text, output), kept where it is, with its length in code points.
     fn long(&mut self, s: Self::Str, loc: Loc, key: &str) -> Result<Span, Self::Error>;
     /// `state.input` when present (a present `null` included): checked and kept for dumping.
@@ -196,7 +220,9 @@ pub fn read_message<S: Source>(
         Kind::Array(list) => list,
         _ => return Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into()),
     };
-    let summary = src.is_true(&src.get(&info, Field::Summary)?);
+    // Only an assistant message can be a compaction summary: nobody else's is read.
+    let summary =
+        role.as_deref() == Some("assistant") && src.is_true(&src.get(&info, Field::Summary)?);
     let first = parts.len();
     let mut markers = Vec::new();
     let mut last_tool_name: Option<SmallStr> = None;
@@ -208,11 +234,11 @@ pub fn read_message<S: Source>(
         };
         let kind = match src.kind(src.get(&part, Field::Type)?) {
             Kind::Absent => return Err(loc.err(Some("type"), e::MISSING).into()),
-            Kind::Str(s) => src.short(s, loc, "type")?,
+            Kind::Str(s) => src.part_type(s, loc)?,
             _ => return Err(loc.err(Some("type"), e::EXPECTED_STRING).into()),
         };
-        match kind.as_str() {
-            "text" => {
+        match kind {
+            PartType::Text => {
                 let text = long(src, &part, Field::Text, loc)?;
                 let ignored = match src.kind(src.get(&part, Field::Ignored)?) {
                     Kind::Absent => false,
@@ -225,12 +251,12 @@ pub fn read_message<S: Source>(
                     }
                 }
             }
-            "tool" => {
+            PartType::Tool => {
                 let call = read_tool(src, &part, i, j)?;
                 last_tool_name = Some(call.name.clone());
                 parts.push(Part::Tool(call));
             }
-            "tool_result" => {
+            PartType::ToolResult => {
                 let text = long(src, &part, Field::Text, loc)?;
                 let tool = non_empty(short(src, &part, Field::Tool, loc)?);
                 let alt = non_empty(short(src, &part, Field::PartName, loc)?);
@@ -242,13 +268,13 @@ pub fn read_message<S: Source>(
                     parts.push(Part::ToolResult { name, text });
                 }
             }
-            "compaction" => {
+            PartType::Compaction => {
                 let tail = short(src, &part, Field::TailStartId, loc)?;
                 if user {
                     markers.push(tail.map(|t| t.to_string()));
                 }
             }
-            _ => {}
+            PartType::Other => {}
         }
     }
     Ok(Message {

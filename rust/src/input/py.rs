@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use super::{Field, Kind, Source};
+use super::{Field, Kind, PartType, Source};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_string};
 use crate::session::{SmallStr, Span, SpanKind};
@@ -45,6 +45,38 @@ impl<'py> Seq<'py> {
     }
 }
 
+/// The interned key of every field, indexed by `Field as usize`.
+pub fn keys(py: Python<'_>) -> [Bound<'_, PyString>; FIELDS] {
+    ALL_FIELDS.map(|field| key(py, field).clone())
+}
+
+const FIELDS: usize = 23;
+const ALL_FIELDS: [Field; FIELDS] = [
+    Field::Info,
+    Field::Parts,
+    Field::Role,
+    Field::Id,
+    Field::ParentId,
+    Field::Summary,
+    Field::InfoError,
+    Field::ErrorName,
+    Field::ErrorData,
+    Field::DataMessage,
+    Field::Type,
+    Field::Text,
+    Field::Ignored,
+    Field::Tool,
+    Field::PartName,
+    Field::TailStartId,
+    Field::State,
+    Field::Status,
+    Field::Input,
+    Field::Output,
+    Field::StateError,
+    Field::Time,
+    Field::Compacted,
+];
+
 fn key<'py>(py: Python<'py>, field: Field) -> &'py Bound<'py, PyString> {
     match field {
         Field::Info => intern!(py, "info"),
@@ -73,7 +105,8 @@ fn key<'py>(py: Python<'py>, field: Field) -> &'py Bound<'py, PyString> {
 
 /// The walk's state: what the session keeps of the objects.
 pub struct PySource<'py> {
-    pub py: Python<'py>,
+    /// `keys(py)`, looked up once per walk
+    pub keys: [Bound<'py, PyString>; FIELDS],
     /// buffer 0 of the session: parameter JSON dumped in the walk
     pub arena: String,
     /// buffers 1.. of the session: the long strings of the objects, kept alive
@@ -116,9 +149,10 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn get(&self, object: &Bound<'py, PyDict>, field: Field) -> Result<Self::Value, Failure> {
-        Ok(object
-            .get_item(key(self.py, field))?
-            .filter(|v| !v.is_none()))
+        let Some(key) = self.keys.get(field as usize) else {
+            return Ok(None);
+        };
+        Ok(object.get_item(key)?.filter(|v| !v.is_none()))
     }
 
     fn len(&self, array: &Seq<'py>) -> usize {
@@ -138,6 +172,11 @@ impl<'py> Source for PySource<'py> {
     fn short(&mut self, s: Bound<'py, PyString>, loc: Loc, key: &str) -> Result<SmallStr, Failure> {
         let text = s.to_str().map_err(|_| lone_surrogate(loc, key))?;
         Ok(SmallStr::new(text))
+    }
+
+    fn part_type(&mut self, s: Bound<'py, PyString>, loc: Loc) -> Result<PartType, Failure> {
+        let text = s.to_str().map_err(|_| lone_surrogate(loc, "type"))?;
+        Ok(PartType::of(text))
     }
 
     fn long(&mut self, s: Bound<'py, PyString>, loc: Loc, key: &str) -> Result<Span, Failure> {
@@ -168,7 +207,10 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn input(&mut self, state: &Bound<'py, PyDict>, loc: Loc) -> Result<Option<Span>, Failure> {
-        let Some(value) = state.get_item(key(self.py, Field::Input))? else {
+        let Some(key) = self.keys.get(Field::Input as usize) else {
+            return Ok(None);
+        };
+        let Some(value) = state.get_item(key)? else {
             return Ok(None);
         };
         let start = self.arena.len();
@@ -253,4 +295,16 @@ fn dump_value(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_indexed_by_field() {
+        for (at, field) in ALL_FIELDS.iter().enumerate() {
+            assert_eq!(*field as usize, at);
+        }
+    }
 }

@@ -212,23 +212,14 @@ impl<M: OnMessage> Scanner<'_, M> {
         let b = self.b;
         let start = self.i + 1;
         let mut i = start;
-        let mut cont = 0usize;
         let mut shrink = 0usize;
         let mut escaped = false;
         let mut unicode = false;
         loop {
-            // Jump to the next quote or backslash (SIMD), then check and measure the plain run
-            // before it in one vectorized pass.
+            // Jump to the next quote or backslash (SIMD); the bytes between are checked and
+            // measured once the literal's end is known.
             let rest = b.get(i..).unwrap_or(&[]);
-            let run_len = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
-            let (run_cont, control) = run_stats(rest.get(..run_len).unwrap_or(&[]));
-            if control {
-                let bad = rest.iter().position(|&c| c < 0x20).unwrap_or(0);
-                self.i = i + bad;
-                return self.fail("invalid control character in a string");
-            }
-            cont += run_cont;
-            i += run_len;
+            i += memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
             let Some(&c) = b.get(i) else {
                 self.i = i;
                 return self.fail("unterminated string");
@@ -280,13 +271,15 @@ impl<M: OnMessage> Scanner<'_, M> {
                     self.i = i;
                     return self.fail("invalid control character in a string");
                 }
-                _ => {
-                    if (c as i8) < -64 {
-                        cont += 1;
-                    }
-                    i += 1;
-                }
+                _ => i += 1,
             }
+        }
+        // One vectorized pass over the whole literal: control characters, continuation bytes.
+        let raw = b.get(start..i).unwrap_or(&[]);
+        let (cont, control) = run_stats(raw);
+        if control {
+            self.i = start + raw.iter().position(|&c| c < 0x20).unwrap_or(0);
+            return self.fail("invalid control character in a string");
         }
         self.i = i + 1;
         let chars = (i - start) - cont - shrink;
