@@ -205,13 +205,6 @@ def _object(obj: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
     raise _Invalid(f"{where}.{key}", "expected an object")
 
 
-def _boolean(obj: dict[str, Any], key: str, where: str) -> bool | None:
-    value = obj.get(key)
-    if value is None or isinstance(value, bool):
-        return value
-    raise _Invalid(f"{where}.{key}", "expected a boolean")
-
-
 def _number(obj: dict[str, Any], key: str, where: str) -> float | int | None:
     value = obj.get(key)
     if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
@@ -240,8 +233,7 @@ def check_input(value: Any, where: str) -> None:
 def check_json_value(value: Any, where: str, level: int = 0) -> None:
     """`state.input` must be plain JSON (str keys) nested at most MAX_INPUT_DEPTH levels.
 
-    Depth first, in key order; recursion only into containers. (Parsed documents need only the
-    depth check: `check_parsed_input`.)
+    Depth first, in key order; recursion only into containers.
     """
     if isinstance(value, dict):
         if level >= MAX_INPUT_DEPTH:
@@ -272,13 +264,6 @@ def _check_scalar_or_descend(item: Any, where: str, level: int) -> None:
         check_json_value(item, where, level + 1)
     elif not isinstance(item, int | float):
         raise _Invalid(where, f"not a JSON value ({type(item).__name__})")
-
-
-def check_parsed_input(value: Any, where: str) -> None:
-    """`state.input` of a parsed document: JSON already, only its depth is checked. A flat
-    object (all values scalars, which CPython does not track) is at depth 1 at once."""
-    if gc.is_tracked(value):
-        check_json_value(value, where)
 
 
 def dump_input(value: Any) -> str:
@@ -441,7 +426,9 @@ def _read_tool(part: dict[str, Any], parsed: bool) -> ToolCall:
     if "input" in state:
         if not parsed:
             check_input(state["input"], ".state.input")
-        elif gc.is_tracked(state["input"]):  # see check_parsed_input
+        elif gc.is_tracked(state["input"]):
+            # parsed JSON needs only the depth check; a flat object (all values scalars, which
+            # CPython does not track) is at depth 1
             check_json_value(state["input"], ".state.input")
     if status == "completed":
         output = state.get("output")
