@@ -316,9 +316,7 @@ def _tool_step(g: _Gen, mid: str, compacted: bool, final: bool) -> list[dict[str
     if final:
         return [g.text_part(mid, 60)]
     names = ("read", "grep", "glob", "list", "webfetch")
-    sizes = [
-        g.rng.choice([1_000, 4_000, 8_000, 16_000, 40_000]) for _ in range(g.rng.randint(1, 3))
-    ]
+    sizes = [g.rng.choice([300, 1_000, 3_000, 8_000, 20_000]) for _ in range(g.rng.randint(1, 2))]
     return [g.tool(mid, False, names, size) for size in sizes]
 
 

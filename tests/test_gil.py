@@ -55,5 +55,6 @@ def test_another_python_thread_runs_during_the_rust_work() -> None:
     during, ctx = _ticks_per_second(lambda: build_fork_context(data))
     assert isinstance(ctx, ForkContext) and ctx.stats.original_count == 60
     # a call that holds the GIL (json.loads of the same bytes) lets the other thread run at a
-    # small fraction of its free speed, only at the interpreter's switch points
-    assert during > 0.5 * free, (during, free)
+    # small fraction of its free speed (about 0.06), only at the interpreter's switch points;
+    # released, it runs at about 0.9 on an idle machine. 0.25 leaves room for a loaded one.
+    assert during > 0.25 * free, (during, free)

@@ -8,7 +8,7 @@ from typing import Any
 from ..compaction import CompactionSlice, slice_at_compaction
 from ..config import ForkConfig
 from .budget import FRAME, Fitted, fit_to_budget, must_remove
-from .session import Message, ToolCall, ToolResult, compaction_view, read_messages
+from .session import Message, ToolCall, ToolResult, read_session
 from .transcript import format_message
 from .truncate import ResultCounts, ResultTiers
 
@@ -16,15 +16,10 @@ from .truncate import ResultCounts, ResultTiers
 def run_reference(
     messages: Sequence[Any], config: ForkConfig
 ) -> tuple[CompactionSlice, ResultCounts, Fitted]:
-    """Run all three stages on plain message dicts (already parsed).
-
-    Stage 1 runs first, on a light view, so that only the messages it keeps get a record;
-    every message is checked all the same.
-    """
-    sliced = slice_at_compaction(compaction_view(messages))
-    wanted = set(sliced.kept) if sliced.detected else range(len(messages))
-    records = read_messages(messages, wanted)
-    kept = [record for record in map(records.__getitem__, sliced.kept) if record is not None]
+    """Run all three stages on plain message dicts (already parsed)."""
+    session = read_session(messages)
+    sliced = slice_at_compaction(session.view)
+    kept = [session.messages[i] for i in sliced.kept]
     counts, newest_first = render_newest_first(kept, config)
     return sliced, counts, fit_to_budget(newest_first, len(kept), config)
 

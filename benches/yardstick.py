@@ -1,0 +1,58 @@
+"""The reference (``engine="python"``) against the plain yardstick (`plain_fork.py`), shape by
+shape, with the two calls interleaved round by round so that both meet the same load: medians of
+CPU time (``time.process_time``), which a busy machine disturbs less than wall time.
+
+    python benches/yardstick.py                 # 200 and 2,000 messages, every shape
+    python benches/yardstick.py --sizes 20000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from asyncagents import build_fork_context
+from generate import SHAPES, session_bytes, session_objects
+from plain_fork import plain_fork
+
+
+def interleaved(calls: list[Callable[[], Any]], rounds: int) -> list[float]:
+    """Median CPU seconds of each call, the calls taking turns in every round."""
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(rounds):
+        for spent, call in zip(times, calls, strict=True):
+            start = time.process_time()
+            call()
+            spent.append(time.process_time() - start)
+    return [statistics.median(spent) for spent in times]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[200, 2_000])
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    args = parser.parse_args(argv)
+    print("| shape | messages | form | reference | plain | reference / plain |")
+    print("|---|---:|---|---:|---:|---:|")
+    for shape in args.shapes:
+        for n in args.sizes:
+            for form in ("dicts", "bytes"):
+                data = session_bytes(n, shape) if form == "bytes" else session_objects(n, shape)
+                reference, plain = interleaved(
+                    [
+                        lambda data=data: build_fork_context(data, engine="python"),
+                        lambda data=data: plain_fork(data),
+                    ],
+                    args.rounds,
+                )
+                cells = [f"`{shape}`", f"{n:,}", form, f"{reference * 1e3:.2f} ms"]
+                cells += [f"{plain * 1e3:.2f} ms", f"{reference / plain:.2f}x"]
+                print("| " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
