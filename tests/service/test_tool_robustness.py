@@ -297,7 +297,7 @@ async def _call(tmp_path: Path, name: str, arguments: Any, session: str) -> str:
         if isinstance(arguments, dict) and "block" in arguments:
             arguments = {**arguments, "timeout": 0}
         text = await run_tool(manager, session, name, arguments)
-    store.close()
+    await store.close()
     return text
 
 
