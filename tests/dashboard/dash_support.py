@@ -9,7 +9,7 @@ import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,23 +210,6 @@ def ensure_chromium() -> str:
     if not os.path.exists(CHROMIUM):
         raise RuntimeError(f"apt-get installed chromium but {CHROMIUM} is still missing")
     return CHROMIUM
-
-
-async def wait_for(
-    cond: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
-) -> None:
-    """Poll `cond` until it holds; fail after `timeout` s (generous: the machine is loaded)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        value = cond()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return
-        if loop.time() > end:
-            raise AssertionError(f"{what} not met within {timeout:g}s")
-        await asyncio.sleep(0.01)
 
 
 def artifacts_dir() -> Path:

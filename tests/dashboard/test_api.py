@@ -8,7 +8,8 @@ import httpx
 import pytest
 from asyncagents.service.api import STATIC_DIR, UNAUTHORIZED, DashboardApi
 from asyncagents.tasks import InProcessBackend, StoreError, Task, TaskManager
-from dash_support import TOKEN, Script, wait_for
+from dash_support import TOKEN, Script
+from polling import until as wait_for
 from starlette.applications import Starlette
 from starlette.routing import Route
 

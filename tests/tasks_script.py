@@ -1,4 +1,4 @@
-"""A scripted responder for the in-process backend (its own module: conftest names collide)."""
+"""A scripted responder for the in-process backend, shared by the task and service tests."""
 
 from __future__ import annotations
 
