@@ -50,7 +50,6 @@ SMALL_DICTS_S = 0.12e-3
 
 def run_benchmarks(out: Path, smoke: bool, module: str = "test_bench_fork.py") -> None:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), env.get("PYTHONPATH")]))
     if smoke:
         env["ASYNCAGENTS_BENCH_SMOKE"] = "1"
     cmd = [

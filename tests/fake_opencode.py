@@ -612,11 +612,9 @@ class FakeOpenCodeProcess:
         self.url = ""
 
     def start(self, timeout: float = 30.0) -> FakeOpenCodeProcess:
-        env = dict(os.environ)
-        paths = [str(REPO_ROOT / "python"), str(REPO_ROOT)]
-        if env.get("PYTHONPATH"):
-            paths.append(env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(paths)
+        from subprocess_env import python_path  # tests/ is on sys.path in a test run
+
+        env = {**os.environ, "PYTHONPATH": python_path(REPO_ROOT)}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.fake_opencode", *self._args],
             cwd=REPO_ROOT,

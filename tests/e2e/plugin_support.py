@@ -21,6 +21,7 @@ from asyncagents.tasks import OpenCodeBackend, PromptRequest
 from e2e_support import AGENT, OpenCodeServer, free_port
 from fake_model import CALL_TAG
 from parent_notices import texts
+from subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 OPENCODE_VERSION = "1.18.33"
@@ -59,7 +60,7 @@ class ServiceProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServiceProcess:
-        env = {**os.environ, "PYTHONPATH": str(REPO / "python"), "XDG_STATE_HOME": str(self.state)}
+        env = {**os.environ, "PYTHONPATH": python_path(), "XDG_STATE_HOME": str(self.state)}
         env.pop("ASYNCAGENTS_TOKEN_FILE", None)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
@@ -112,7 +113,7 @@ class ServiceProcess:
 
 def install_plugin_cli(project: Path, state: Path, service_url: str) -> None:
     """``asyncagents opencode install`` as a user runs it (real npm, pinned package)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python"), "XDG_STATE_HOME": str(state)}
+    env = {**os.environ, "PYTHONPATH": python_path(), "XDG_STATE_HOME": str(state)}
     env.pop("ASYNCAGENTS_TOKEN_FILE", None)
     done = subprocess.run(
         [

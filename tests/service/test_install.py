@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from asyncagents.opencode import InstallError, install_plugin, plugin_source
 from asyncagents.tasks import TOOLS
+from subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,7 +157,7 @@ def test_install_into_a_missing_directory(tmp_path: Path) -> None:
 def test_the_command_line(tmp_path: Path, fake_npm: Path) -> None:
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO / "python"),
+        "PYTHONPATH": python_path(),
         "PATH": f"{fake_npm.parent}{os.pathsep}{os.environ['PATH']}",
         "XDG_STATE_HOME": str(tmp_path / "state"),
     }

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 #: nothing listens there: the service starts without its OpenCode server (it reconnects)
@@ -38,7 +39,7 @@ class Service:
     def start(self, *extra: str) -> Service:
         env = {
             **os.environ,
-            "PYTHONPATH": str(REPO / "python"),
+            "PYTHONPATH": python_path(),
             "XDG_STATE_HOME": str(self.root / "state"),
         }
         env.pop("ASYNCAGENTS_TOKEN_FILE", None)
@@ -144,7 +145,7 @@ def test_a_token_file_others_can_read_is_refused(service: Service) -> None:
         [sys.executable, "-m", "asyncagents", "serve", "--opencode", NO_OPENCODE],
         env={
             **os.environ,
-            "PYTHONPATH": str(REPO / "python"),
+            "PYTHONPATH": python_path(),
             "XDG_STATE_HOME": str(service.root / "state"),
         },
         capture_output=True,
@@ -164,7 +165,7 @@ def test_a_port_in_use_fails_with_status_1(service: Service) -> None:
         busy.listen()
         env = {
             **os.environ,
-            "PYTHONPATH": str(REPO / "python"),
+            "PYTHONPATH": python_path(),
             "XDG_STATE_HOME": str(service.root / "state"),
         }
         done = subprocess.run(
@@ -192,7 +193,7 @@ def test_a_port_in_use_fails_with_status_1(service: Service) -> None:
 def test_a_bad_opencode_url_is_refused_and_a_down_one_warned(service: Service) -> None:
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO / "python"),
+        "PYTHONPATH": python_path(),
         "XDG_STATE_HOME": str(service.root / "state"),
     }
     for url in ("notaurl", "ftp://127.0.0.1:21"):

@@ -18,9 +18,9 @@ import pytest
 from asyncagents.tasks.models import Notice, NoticeKind, Task, TaskStatus
 from asyncagents.tasks.store import SQLiteTaskStore, TaskStore
 from asyncagents.tasks.store.postgres import PostgresTaskStore
+from subprocess_env import python_path
 
 WORKER = Path(__file__).with_name("store_worker.py")
-PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 N_WORKERS, N_TASKS, N_NOTICES = 4, 200, 500
 
 
@@ -67,7 +67,7 @@ async def seed(store: TaskStore) -> tuple[set[str], set[str]]:
 
 
 def run_workers(kind: str, target: str) -> list[dict[str, list[str]]]:
-    env = {**os.environ, "PYTHONPATH": str(PYTHON_DIR)}
+    env = {**os.environ, "PYTHONPATH": python_path()}
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), kind, target, f"worker_{i}"],

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 from asyncagents.tasks import SQLiteTaskStore, Task, TaskStore
+from subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -37,11 +38,7 @@ Event = dict[str, Any]
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    paths = [str(REPO / "python"), str(REPO)]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env = {**os.environ, "PYTHONPATH": python_path(REPO)}
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
