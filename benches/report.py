@@ -36,7 +36,7 @@ SHAPE_ORDER = (
 )
 SIZES = (200, 2_000, 20_000)
 BENCH_COMMAND = (
-    "PYTHONPATH=$PWD/python python3 -m pytest benches/test_bench_fork.py -q -p no:cacheprovider"
+    "python3 -m pytest benches/test_bench_fork.py -q -p no:cacheprovider"
     " --benchmark-enable --benchmark-json=fork-bench.json"
 )
 

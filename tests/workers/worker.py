@@ -1,7 +1,7 @@
 """One worker process of a multi-process deployment: a `TaskManager` over an OpenCode server and
 a shared store, driven by the multi-process tests and benchmarks (and usable by hand).
 
-Run from the repository root (``PYTHONPATH=python``)::
+Run from the repository root, with the package installed::
 
     python tests/workers/worker.py --url http://127.0.0.1:4096 --sqlite /tmp/tasks.sqlite3 \
         --lease-ttl 6 --launch 100 --parents ses_a,ses_b --prompt "job {i} [sleep:1]"
