@@ -13,7 +13,7 @@ from asyncagents.tasks import (
     run_tool,
 )
 from asyncagents.tasks import tools as tools_module
-from service_support import Responder
+from tasks_script import Script
 
 AGENT = "build"
 
@@ -134,7 +134,7 @@ def test_output_running_texts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_output_running_through_the_tool(
-    manager: TaskManager, parent: str, responder: Responder
+    manager: TaskManager, parent: str, script: Script
 ) -> None:
     task = await _launch(manager, parent, "[hold] do it")
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
@@ -143,7 +143,7 @@ async def test_output_running_through_the_tool(
     assert re.fullmatch(
         r"Running for \d+s; 0 tool call\(s\) so far; last activity (unknown|\d+s ago)\.", lines[1]
     ), lines[1]
-    responder.release.set()
+    script.release.set()
 
 
 async def test_list_texts_with_marks(manager: TaskManager, parent: str) -> None:

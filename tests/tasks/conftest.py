@@ -1,53 +1,5 @@
 """Fixtures for the manager's own logic: an in-process backend with a scriptable responder."""
 
-from __future__ import annotations
+from inprocess_fixtures import backend, manager, parent, script, store
 
-import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-from asyncagents.tasks import (
-    InMemoryTaskStore,
-    InProcessBackend,
-    SQLiteTaskStore,
-    TaskManager,
-    TaskManagerConfig,
-    TaskStore,
-)
-from tasks_script import Script
-
-
-@pytest.fixture
-def script() -> Script:
-    return Script()
-
-
-@pytest.fixture
-def backend(script: Script) -> InProcessBackend:
-    return InProcessBackend(script)
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
-    made: TaskStore = (
-        InMemoryTaskStore()
-        if request.param == "memory"
-        else SQLiteTaskStore(tmp_path / "tasks.sqlite3")
-    )
-    yield made
-    await made.close()
-
-
-@pytest.fixture
-async def manager(backend: InProcessBackend, store: TaskStore) -> AsyncIterator[TaskManager]:
-    config = TaskManagerConfig(poll_interval=0.2, notice_retry_initial=0.05, wake="never")
-    async with TaskManager(backend, store, config) as mgr:
-        await asyncio.wait_for(mgr.events.connected.wait(), 5)
-        yield mgr
-
-
-@pytest.fixture
-async def parent(backend: InProcessBackend) -> str:
-    session = await backend.create_session(title="parent")
-    return str(session["id"])
+__all__ = ["backend", "manager", "parent", "script", "store"]
