@@ -2,8 +2,9 @@
 //!
 //! Bottom up: `text` and `utf8` (code points, validated bytes), `errors`, `config`, `session`
 //! (the internal messages), `json` (the document scanner, string decoding, Python-compatible
-//! dumps), `input` (the message rules, generic over the JSON view and Python objects), `tiers`
-//! (stage 2), `transcript` and `budget` (stage 3), `pipeline` (stages 2 and 3 end to end).
+//! dumps), `params` (tool parameters dumped for the messages a render shows), `input` (the
+//! message rules, generic over the JSON view and Python objects), `tiers` (stage 2),
+//! `transcript` and `budget` (stage 3), `pipeline` (stages 2 and 3 end to end).
 //! This file only assembles them for Python and releases the GIL around the work.
 
 mod budget;
@@ -11,6 +12,7 @@ mod config;
 mod errors;
 mod input;
 mod json;
+mod params;
 mod pipeline;
 mod session;
 mod text;
@@ -90,7 +92,18 @@ impl ParsedSession {
             )));
         }
         let session = &self.session;
-        let out = py.detach(|| pipeline::run(session, &kept, &config));
+        let planned = py.detach(|| pipeline::plan(session, &kept, &config));
+        let measured = match &session.source {
+            // dumping parameters reads Python objects: with the GIL
+            Source::Objects { inputs, .. } => {
+                let mut dumper = input::py::PyDumper { py, inputs };
+                pipeline::measure(session, &planned, &config, &mut dumper)?
+            }
+            _ => {
+                py.detach(|| pipeline::measure(session, &planned, &config, &mut params::NoObjects))?
+            }
+        };
+        let out = py.detach(|| pipeline::write(session, &planned, &measured, &config));
         Ok(RenderResult {
             context: PyString::new(py, &out.context).unbind(),
             final_count: out.final_count,
@@ -178,16 +191,13 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
 #[pyfunction(name = "from_objects")]
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let list = message_list(messages)?;
-    let mut src = PySource {
-        keys: input::py::keys(messages.py()),
-        arena: String::new(),
-        strings: Vec::new(),
-    };
+    let mut src = PySource::new(messages.py());
     let (mut out, mut parts) = (Vec::new(), Vec::new());
     read_messages(&mut src, &list, &mut out, &mut parts)?;
     let source = Source::Objects {
         owned: src.arena,
         strings: src.strings,
+        inputs: src.inputs,
     };
     Ok(ParsedSession {
         session: Session {

@@ -1,12 +1,17 @@
-//! The pipeline's stages 2 and 3 end to end (stage 1 ran in Python and chose `kept`): plan the
-//! results, measure every kept message from lengths alone, pick the survivors from the newest
-//! end, and build text only for them.
+//! The pipeline's stages 2 and 3 end to end (stage 1 ran in Python and chose `kept`): plan
+//! the results of every kept message, measure the messages from the newest until the budget is
+//! sure to drop the older ones (those are never measured, their parameters never dumped), pick
+//! the survivors, and build text only for them.
 
-use crate::budget::{fit, frame_len, Fit, CLOSE, OPEN};
+use crate::budget::{fit, Fit, CLOSE, OPEN};
 use crate::config::Config;
-use crate::session::Session;
+use crate::errors::Failure;
+#[cfg(test)]
+use crate::params::NoObjects;
+use crate::params::{DumpInput, Params};
+use crate::session::{Message, Session};
 use crate::text::{count_chars, cut_head_tail, head_tail_sizes};
-use crate::tiers::{plan_results, Counts};
+use crate::tiers::{plan_results, Counts, ResultPlan};
 use crate::transcript::{body, head, head_len, result_count, Count, Write};
 
 /// The context and its numbers.
@@ -20,67 +25,122 @@ pub struct Rendered {
     pub hard_capped: bool,
 }
 
-/// Render the kept messages (indexes into the session, all in range).
-pub fn run(session: &Session, kept: &[usize], config: &Config) -> Rendered {
+/// Stage 2 over the kept messages (indexes into the session, all in range).
+pub struct Planned<'s> {
+    messages: Vec<&'s Message>,
+    /// every result of `messages`, in order
+    plans: Vec<ResultPlan>,
+    counts: Counts,
+}
+
+/// Stage 2: the kept messages and their result plans.
+pub fn plan<'s>(session: &'s Session, kept: &[usize], config: &Config) -> Planned<'s> {
     let (plans, counts) = plan_results(session, kept, config);
-    let messages: Vec<_> = kept
+    let messages = kept
         .iter()
         .filter_map(|&m| session.messages.get(m))
         .collect();
-    if messages.is_empty() {
-        return Rendered {
-            counts,
-            ..Rendered::default()
-        };
+    Planned {
+        messages,
+        plans,
+        counts,
     }
-    // Each message's slice of the result plans.
-    let mut ranges = Vec::with_capacity(messages.len());
-    let mut at = 0;
-    for message in &messages {
+}
+
+/// Which messages survive, from their sizes (measured from the newest only as far as needed).
+pub struct Measured {
+    fit: Fit,
+    params: Params,
+}
+
+/// Measure the messages from the newest; dump the parameters of each before measuring it.
+pub fn measure(
+    session: &Session,
+    planned: &Planned<'_>,
+    config: &Config,
+    dumper: &mut dyn DumpInput,
+) -> Result<Measured, Failure> {
+    let mut params = Params::default();
+    let widest = config
+        .params_tier1
+        .max(config.params_tier2)
+        .max(config.params_tier3)
+        .saturating_add(1);
+    let mut sizes = Vec::new();
+    let mut end = planned.plans.len();
+    let mut size = crate::budget::frame_len();
+    for message in planned.messages.iter().rev() {
         let n = result_count(session.parts_of(message));
-        ranges.push(at..at + n);
-        at += n;
+        let start = end.saturating_sub(n);
+        let results = planned.plans.get(start..end).unwrap_or(&[]);
+        end = start;
+        params.prepare(session, message, widest, dumper)?;
+        let mut count = Count::default();
+        body(session, &params, message, results, config, &mut count);
+        let this = head_len(message) + count.0;
+        sizes.push(this);
+        size = size.saturating_add(this);
+        if must_remove(size, config) {
+            break;
+        }
     }
-    let results = |m: usize| {
-        ranges
-            .get(m)
-            .and_then(|r| plans.get(r.clone()))
-            .unwrap_or(&[])
-    };
-    let sizes: Vec<usize> = messages
-        .iter()
-        .enumerate()
-        .map(|(m, message)| {
-            let mut count = Count::default();
-            body(session, message, results(m), config, &mut count);
-            head_len(message) + count.0
-        })
-        .collect();
-    let last = messages.len() - 1;
-    let last_head = messages.get(last).map_or(0, |m| head_len(m));
-    let plan = fit(
+    let last_head = planned.messages.last().map_or(0, |m| head_len(m));
+    let fit = fit(
         &sizes,
+        planned.messages.len(),
         last_head,
         config.char_budget,
         config.char_no_removal,
     );
+    Ok(Measured { fit, params })
+}
+
+/// Whether a context that is already this long (frame included) will lose its oldest messages.
+fn must_remove(size: usize, config: &Config) -> bool {
+    size > config.char_no_removal && size > config.char_budget
+}
+
+/// Build the context of the survivors.
+pub fn write(
+    session: &Session,
+    planned: &Planned<'_>,
+    measured: &Measured,
+    config: &Config,
+) -> Rendered {
+    let messages = &planned.messages;
+    let counts = planned.counts;
+    let params = &measured.params;
+    let Some(last) = messages.len().checked_sub(1) else {
+        return Rendered {
+            counts,
+            ..Rendered::default()
+        };
+    };
     let mut context = String::new();
-    let (final_count, removed, hard_capped) = match plan {
+    let (final_count, removed, hard_capped) = match measured.fit {
         Fit::From(first) => {
-            let bytes_hint = frame_len() + sizes.get(first..).map_or(0, |s| s.iter().sum());
-            context.reserve(bytes_hint);
+            // the results of messages `first..` are the last ones of the plan
+            let later: usize = messages
+                .get(first..)
+                .unwrap_or(&[])
+                .iter()
+                .map(|m| result_count(session.parts_of(m)))
+                .sum();
+            let mut at = planned.plans.len().saturating_sub(later);
             context.push_str(OPEN);
-            for m in first..messages.len() {
-                if let Some(message) = messages.get(m) {
-                    context.push_str(&head(message));
-                    body(
-                        session,
-                        message,
-                        results(m),
-                        config,
-                        &mut Write(&mut context),
-                    );
-                }
+            for message in messages.get(first..).unwrap_or(&[]) {
+                let n = result_count(session.parts_of(message));
+                let results = planned.plans.get(at..at + n).unwrap_or(&[]);
+                at += n;
+                context.push_str(&head(message));
+                body(
+                    session,
+                    params,
+                    message,
+                    results,
+                    config,
+                    &mut Write(&mut context),
+                );
             }
             context.push_str(CLOSE);
             (messages.len() - first, first, false)
@@ -88,16 +148,18 @@ pub fn run(session: &Session, kept: &[usize], config: &Config) -> Rendered {
         Fit::HardCap { limit } => {
             let mut text = String::new();
             if let Some(message) = messages.get(last) {
+                let n = result_count(session.parts_of(message));
+                let from = planned.plans.len().saturating_sub(n);
+                let results = planned.plans.get(from..).unwrap_or(&[]);
                 body(
                     session,
+                    params,
                     message,
-                    results(last),
+                    results,
                     config,
                     &mut Write(&mut text),
                 );
-            }
-            context.push_str(OPEN);
-            if let Some(message) = messages.get(last) {
+                context.push_str(OPEN);
                 context.push_str(&head(message));
             }
             let chars = count_chars(&text);
@@ -120,6 +182,14 @@ pub fn run(session: &Session, kept: &[usize], config: &Config) -> Rendered {
         removed_messages: removed,
         hard_capped,
     }
+}
+
+/// Render the kept messages of a session read from JSON (no Python objects to dump).
+#[cfg(test)]
+pub fn run(session: &Session, kept: &[usize], config: &Config) -> Result<Rendered, Failure> {
+    let planned = plan(session, kept, config);
+    let measured = measure(session, &planned, config, &mut NoObjects)?;
+    Ok(write(session, &planned, &measured, config))
 }
 
 #[cfg(test)]
@@ -148,6 +218,7 @@ mod tests {
             source: Source::Objects {
                 owned: arena,
                 strings: Vec::new(),
+                inputs: Vec::new(),
             },
             messages,
             parts,
@@ -163,10 +234,15 @@ mod tests {
             source: Source::Objects {
                 owned: doc.to_owned(),
                 strings: Vec::new(),
+                inputs: Vec::new(),
             },
             messages: reader.messages,
             parts: reader.parts,
         }
+    }
+
+    fn run_ok(session: &Session, kept: &[usize], config: &Config) -> Rendered {
+        run(session, kept, config).unwrap_or_default()
     }
 
     #[test]
@@ -177,7 +253,7 @@ mod tests {
             char_no_removal: 0,
             ..Config::default()
         };
-        let out = run(&s, &[0, 1, 2], &config);
+        let out = run_ok(&s, &[0, 1, 2], &config);
         assert_eq!(out.removed_messages, 1);
         assert_eq!(out.final_count, 2);
         assert_eq!(
@@ -198,7 +274,7 @@ mod tests {
             char_no_removal: 0,
             ..Config::default()
         };
-        let out = run(&s, &[0], &config);
+        let out = run_ok(&s, &[0], &config);
         assert!(out.hard_capped);
         assert!(out.total_chars <= 150);
         // limit = 150 - (40 + 6) - 36 = 68: head 54, tail 13
@@ -227,7 +303,7 @@ mod tests {
             tier2_count: 0,
             ..Config::default()
         };
-        let out = run(&s, &[0], &config);
+        let out = run_ok(&s, &[0], &config);
         let first = format!("{{\"a\":\"{}", &long[..94]);
         let second = format!("{{\"b\":\"{}\"}}", long);
         assert_eq!(
@@ -242,7 +318,7 @@ mod tests {
     #[test]
     fn no_messages_no_context() {
         let s = session(&[]);
-        let out = run(&s, &[], &Config::default());
+        let out = run_ok(&s, &[], &Config::default());
         assert_eq!(out.context, "");
         assert_eq!(out.final_count, 0);
     }

@@ -4,6 +4,7 @@
 //! through their UTF-8 form) plus a small arena of parameter JSON dumped while walking objects.
 
 use pyo3::pybacked::PyBackedStr;
+use pyo3::{Py, PyAny};
 
 use crate::utf8::Utf8Bytes;
 
@@ -13,11 +14,13 @@ pub enum Source {
     Bytes(Utf8Bytes),
     /// A JSON `str`.
     Str(PyBackedStr),
-    /// Walked Python objects: buffer 0 is `owned` (parameter JSON dumped there), buffer
-    /// `k >= 1` is `strings[k - 1]`, a string of the objects, never copied.
+    /// Walked Python objects: buffer 0 is `owned` (strings past the last buffer number),
+    /// buffer `k >= 1` is `strings[k - 1]`, a string of the objects, never copied; `inputs`
+    /// holds the checked `state.input` values, dumped only when a render shows them.
     Objects {
         owned: String,
         strings: Vec<PyBackedStr>,
+        inputs: Vec<Py<PyAny>>,
     },
 }
 
@@ -48,8 +51,9 @@ pub enum SpanKind {
     EscapedUnicode,
     /// A JSON value as written in the document (`state.input` from bytes/str).
     RawJson,
-    /// A value already dumped as Python's compact JSON (`state.input` from objects).
-    DumpedJson,
+    /// A `state.input` of walked objects, checked but not dumped: `start` indexes
+    /// `Source::Objects::inputs` (see `params.rs`).
+    PyInput,
 }
 
 /// A byte range of one buffer of the source.

@@ -4,6 +4,7 @@
 //! for the cleared marker per result, and one multi-pattern search for the error words, only in
 //! the results that are cut and whose tool name or status does not already decide the cut.
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::sync::{Arc, Mutex};
 
@@ -59,34 +60,47 @@ fn escapable(needle: &str) -> bool {
         .any(|b| matches!(b, b'"' | b'\\' | b'/' | 0x08 | 0x0c | b'\n' | b'\r' | b'\t'))
 }
 
-/// Whether the text of `span` contains a match of `find` (a search over bytes from an offset).
-/// Escaped literals are searched raw, skipping matches that start inside an escape, unless the
-/// needles could be hidden by escapes: then the decoded text is searched.
-fn contains(
-    session: &Session,
-    span: Span,
-    find: &dyn Fn(&[u8], usize) -> Option<usize>,
-    needles_escapable: bool,
-) -> bool {
+/// The bytes to search in a span's text, and whether matches starting inside an escape must
+/// be skipped. Escaped literals are searched raw (skipping matches that start inside an
+/// escape) unless the needles could be hidden by escapes: then the decoded text is searched.
+fn haystack(session: &Session, span: Span, needles_escapable: bool) -> (Cow<'_, [u8]>, bool) {
     let raw = session.raw(span);
-    let bytes = raw.as_bytes();
     if !span.is_escaped() {
-        return find(bytes, 0).is_some();
+        return (Cow::Borrowed(raw.as_bytes()), false);
     }
     if needles_escapable || span.kind == SpanKind::EscapedUnicode {
-        return find(unescape(raw).as_bytes(), 0).is_some();
+        return (Cow::Owned(unescape(raw).into_bytes()), false);
     }
-    let mut from = 0;
-    while let Some(at) = find(bytes, from) {
-        if !inside_escape(bytes, at) {
-            return true;
-        }
-        from = at + 1;
-    }
-    false
+    (Cow::Borrowed(raw.as_bytes()), true)
 }
 
-/// The searches of stage 2, built once per render (the error automaton only when needed).
+/// A search: the first match `(start, pattern)` in a haystack at or after an offset.
+type Find<'f> = &'f dyn Fn(&[u8], usize) -> Option<(usize, usize)>;
+
+/// The first match `(start, pattern)` of `find` at or after `from` that is a match of the text.
+fn next_match(
+    hay: &[u8],
+    skip_escapes: bool,
+    mut from: usize,
+    find: Find<'_>,
+) -> Option<(usize, usize)> {
+    loop {
+        let found = find(hay, from)?;
+        if !skip_escapes || !inside_escape(hay, found.0) {
+            return Some(found);
+        }
+        from = found.0 + 1;
+    }
+}
+
+/// What the searches found in one result.
+#[derive(Debug, Clone, Copy, Default)]
+struct Found {
+    cleared: bool,
+    error: bool,
+}
+
+/// The searches of stage 2, built once per render (the automatons only when needed).
 struct Needles<'c> {
     config: &'c Config,
     marker: memmem::Finder<'c>,
@@ -94,6 +108,8 @@ struct Needles<'c> {
     marker_escapable: bool,
     errors: OnceCell<Option<Arc<AhoCorasick>>>,
     errors_escapable: bool,
+    /// the cleared marker (pattern 0) and the error patterns, in one automaton
+    both: OnceCell<Option<Arc<AhoCorasick>>>,
 }
 
 impl<'c> Needles<'c> {
@@ -105,50 +121,107 @@ impl<'c> Needles<'c> {
             marker_escapable: escapable(&config.cleared_marker),
             errors: OnceCell::new(),
             errors_escapable: config.error_patterns.iter().any(|p| escapable(p)),
+            both: OnceCell::new(),
         }
     }
 
-    fn cleared(&self, session: &Session, span: Span) -> bool {
-        if span.chars < self.marker_chars {
-            return false;
-        }
-        let find = |hay: &[u8], from: usize| {
-            self.marker
-                .find(hay.get(from..).unwrap_or(&[]))
-                .map(|at| at + from)
-        };
-        contains(session, span, &find, self.marker_escapable)
+    fn find_marker(&self, hay: &[u8], from: usize) -> Option<(usize, usize)> {
+        self.marker
+            .find(hay.get(from..).unwrap_or(&[]))
+            .map(|at| (at + from, 0))
     }
 
-    fn looks_like_error(&self, session: &Session, span: Span) -> bool {
-        let patterns = &self.config.error_patterns;
-        let automaton = self.errors.get_or_init(|| error_automaton(patterns));
-        let find = |hay: &[u8], from: usize| match automaton {
-            Some(ac) => ac
-                .find(aho_corasick::Input::new(hay).range(from.min(hay.len())..))
-                .map(|m| m.start()),
-            // The automaton could not be built (never for a few short words): search each.
-            None => patterns
-                .iter()
-                .filter_map(|p| {
-                    memmem::find(hay.get(from..).unwrap_or(&[]), p.as_bytes()).map(|at| at + from)
-                })
-                .min(),
-        };
-        contains(session, span, &find, self.errors_escapable)
+    /// Search one result: for the cleared marker when `marker`, for an error pattern when
+    /// `errors` (both in one pass when both are asked).
+    fn search(&self, session: &Session, span: Span, marker: bool, errors: bool) -> Found {
+        let marker = marker && span.chars >= self.marker_chars;
+        match (marker, errors) {
+            (false, false) => Found::default(),
+            (true, false) => {
+                let (hay, skip) = haystack(session, span, self.marker_escapable);
+                let find = |hay: &[u8], from| self.find_marker(hay, from);
+                Found {
+                    cleared: next_match(&hay, skip, 0, &find).is_some(),
+                    error: false,
+                }
+            }
+            (false, true) => {
+                let (hay, skip) = haystack(session, span, self.errors_escapable);
+                let automaton = self
+                    .errors
+                    .get_or_init(|| automaton(&self.config.error_patterns));
+                let find =
+                    |hay: &[u8], from| find_any(automaton, &self.config.error_patterns, hay, from);
+                Found {
+                    cleared: false,
+                    error: next_match(&hay, skip, 0, &find).is_some(),
+                }
+            }
+            (true, true) => {
+                let escapable = self.marker_escapable || self.errors_escapable;
+                let (hay, skip) = haystack(session, span, escapable);
+                let patterns = self.both_patterns();
+                let automaton = self.both.get_or_init(|| automaton(&patterns));
+                let find = |hay: &[u8], from| find_any(automaton, &patterns, hay, from);
+                match next_match(&hay, skip, 0, &find) {
+                    None => Found::default(),
+                    // Leftmost-first: a marker starting where an error word does wins.
+                    Some((_, 0)) => Found {
+                        cleared: true,
+                        error: false,
+                    },
+                    Some((at, _)) => {
+                        let find = |hay: &[u8], from| self.find_marker(hay, from);
+                        Found {
+                            cleared: next_match(&hay, skip, at + 1, &find).is_some(),
+                            error: true,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn both_patterns(&self) -> Vec<String> {
+        let mut patterns = Vec::with_capacity(self.config.error_patterns.len() + 1);
+        patterns.push(self.config.cleared_marker.clone());
+        patterns.extend(self.config.error_patterns.iter().cloned());
+        patterns
     }
 }
 
-/// The automaton of the last error pattern list, kept between renders (building one costs more
-/// than a small session's whole render).
-static LAST_AUTOMATON: Mutex<Option<(Vec<String>, Arc<AhoCorasick>)>> = Mutex::new(None);
+/// The first match `(start, pattern index)` at or after `from`.
+fn find_any(
+    automaton: &Option<Arc<AhoCorasick>>,
+    patterns: &[String],
+    hay: &[u8],
+    from: usize,
+) -> Option<(usize, usize)> {
+    match automaton {
+        Some(ac) => ac
+            .find(aho_corasick::Input::new(hay).range(from.min(hay.len())..))
+            .map(|m| (m.start(), m.pattern().as_usize())),
+        // The automaton could not be built (never for a few short words): search each.
+        None => patterns
+            .iter()
+            .enumerate()
+            .filter_map(|(n, p)| {
+                memmem::find(hay.get(from..).unwrap_or(&[]), p.as_bytes()).map(|at| (at + from, n))
+            })
+            .min(),
+    }
+}
 
-/// A leftmost-first automaton (so its SIMD prefilter, Teddy, runs; only whether there is a
-/// match matters), contiguous NFA (built in microseconds; the prefilter does the searching).
-fn error_automaton(patterns: &[String]) -> Option<Arc<AhoCorasick>> {
-    let mut last = LAST_AUTOMATON.lock().ok();
-    if let Some(Some((cached, automaton))) = last.as_deref() {
-        if cached.as_slice() == patterns {
+/// The automatons of the last pattern lists, kept between renders (building one costs more
+/// than a small session's whole render).
+static AUTOMATONS: Mutex<Vec<(Vec<String>, Arc<AhoCorasick>)>> = Mutex::new(Vec::new());
+
+/// A leftmost-first automaton (so its SIMD prefilter, Teddy, runs; only the first match
+/// matters), contiguous NFA (built in microseconds; the prefilter does the searching).
+fn automaton(patterns: &[String]) -> Option<Arc<AhoCorasick>> {
+    let mut cache = AUTOMATONS.lock().ok();
+    if let Some(cache) = cache.as_deref() {
+        if let Some((_, automaton)) = cache.iter().find(|(p, _)| p.as_slice() == patterns) {
             return Some(Arc::clone(automaton));
         }
     }
@@ -159,8 +232,12 @@ fn error_automaton(patterns: &[String]) -> Option<Arc<AhoCorasick>> {
             .build(patterns)
             .ok()?,
     );
-    if let Some(slot) = last.as_deref_mut() {
-        *slot = Some((patterns.to_vec(), Arc::clone(&automaton)));
+    if let Some(cache) = cache.as_deref_mut() {
+        // the two lists of the last config (errors; marker and errors), and one more
+        if cache.len() >= 3 {
+            cache.remove(0);
+        }
+        cache.push((patterns.to_vec(), Arc::clone(&automaton)));
     }
     Some(automaton)
 }
@@ -208,7 +285,15 @@ pub fn plan_results(
             plans.push(plan);
             continue;
         }
-        if needles.cleared(session, span) {
+        let limit = config.result_limit(tier).filter(|&limit| chars > limit);
+        // the tool name or the status decides the cut without a search
+        let decided = status_error
+            || config
+                .head_tail_keywords
+                .iter()
+                .any(|k| name.contains(k.as_str()));
+        let found = needles.search(session, span, true, limit.is_some() && !decided);
+        if found.cleared {
             counts.compacted += 1;
             plans.push(plan);
             continue;
@@ -218,15 +303,9 @@ pub fn plan_results(
             2 => counts.tier2 += 1,
             _ => counts.tier3 += 1,
         }
-        if let Some(limit) = config.result_limit(tier).filter(|&limit| chars > limit) {
+        if let Some(limit) = limit {
             counts.truncated += 1;
-            let head_tail = status_error
-                || config
-                    .head_tail_keywords
-                    .iter()
-                    .any(|k| name.contains(k.as_str()))
-                || needles.looks_like_error(session, span);
-            if head_tail {
+            if decided || found.error {
                 counts.head_tail += 1;
                 let (head, tail) = head_tail_sizes(limit, config.head_ratio, config.tail_ratio);
                 plan.cut = Cut::HeadTail { head, tail };

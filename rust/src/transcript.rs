@@ -5,9 +5,10 @@
 use std::borrow::Cow;
 
 use crate::config::Config;
-use crate::json::dump::{dump_raw, Limited};
+use crate::json::dump::Limited;
 use crate::json::unescape::{push_from, push_prefix, push_suffix};
-use crate::session::{Message, Part, Session, Span, SpanKind, ToolCall};
+use crate::params::Params;
+use crate::session::{Message, Part, Session, Span, ToolCall};
 use crate::text::{
     char_prefix, count_chars, cut_head_only, cut_head_tail, push_head_only_marker,
     push_head_tail_marker,
@@ -48,7 +49,7 @@ pub fn head_len(message: &Message) -> usize {
 pub trait Out {
     fn text(&mut self, s: &str);
     fn span(&mut self, session: &Session, span: Span);
-    fn preview(&mut self, session: &Session, input: Span, limit: usize);
+    fn preview(&mut self, session: &Session, params: &Params, input: Span, limit: usize);
     fn result(&mut self, session: &Session, plan: &ResultPlan, config: &Config);
 }
 
@@ -63,9 +64,9 @@ impl Out for Count {
     fn span(&mut self, _: &Session, span: Span) {
         self.0 += span.chars;
     }
-    fn preview(&mut self, session: &Session, input: Span, limit: usize) {
+    fn preview(&mut self, session: &Session, params: &Params, input: Span, limit: usize) {
         let mut sink = Limited::new(None, limit.saturating_add(1));
-        write_input(session, input, &mut sink);
+        params.write(session, input, &mut sink);
         let n = sink.chars();
         self.0 += if n > limit { limit + 3 } else { n };
     }
@@ -84,10 +85,10 @@ impl Out for Write<'_> {
     fn span(&mut self, session: &Session, span: Span) {
         push_text(session, span, self.0);
     }
-    fn preview(&mut self, session: &Session, input: Span, limit: usize) {
+    fn preview(&mut self, session: &Session, params: &Params, input: Span, limit: usize) {
         let mut taken = String::new();
         let mut sink = Limited::new(Some(&mut taken), limit.saturating_add(1));
-        write_input(session, input, &mut sink);
+        params.write(session, input, &mut sink);
         if sink.chars() > limit {
             self.0.push_str(char_prefix(&taken, limit));
             self.0.push_str("...");
@@ -128,22 +129,19 @@ fn push_text(session: &Session, span: Span, out: &mut String) {
     }
 }
 
-fn write_input(session: &Session, input: Span, sink: &mut Limited<'_>) {
-    let raw = session.raw(input);
-    // A full sink only means the preview has all it needs.
-    let _ = match input.kind {
-        SpanKind::RawJson => dump_raw(raw, sink),
-        _ => sink.push_str(raw),
-    };
-}
-
-fn tool_line<O: Out>(session: &Session, call: &ToolCall, limit: usize, out: &mut O) {
+fn tool_line<O: Out>(
+    session: &Session,
+    params: &Params,
+    call: &ToolCall,
+    limit: usize,
+    out: &mut O,
+) {
     out.text("[Tool: ");
     out.text(&call.name);
     out.text("]");
     if let Some(input) = call.input {
         out.text(" ");
-        out.preview(session, input, limit);
+        out.preview(session, params, input, limit);
     }
 }
 
@@ -151,6 +149,7 @@ fn tool_line<O: Out>(session: &Session, call: &ToolCall, limit: usize, out: &mut
 /// `results` are this message's results, in part order.
 pub fn body<O: Out>(
     session: &Session,
+    params: &Params,
     message: &Message,
     results: &[ResultPlan],
     config: &Config,
@@ -181,7 +180,13 @@ pub fn body<O: Out>(
                         .and_then(|tiers| tiers.get(p).copied().flatten())
                 };
                 out.text("\n");
-                tool_line(session, call, config.params_limit(tier.unwrap_or(1)), out);
+                tool_line(
+                    session,
+                    params,
+                    call,
+                    config.params_limit(tier.unwrap_or(1)),
+                    out,
+                );
                 if let Some(plan) = result {
                     out.text("\n");
                     out.text(RESULT_HEADER);

@@ -89,7 +89,7 @@ impl Source for JsonSource<'_> {
     type Str = Str;
     type Error = InputError;
 
-    fn kind(&self, value: Val) -> Kind<Self> {
+    fn kind(&mut self, value: Val) -> Kind<Self> {
         match value {
             Val::Absent => Kind::Absent,
             Val::Bool(b) => Kind::Bool(b),

@@ -108,7 +108,7 @@ pub trait Source: Sized {
     type Str;
     type Error: From<InputError>;
 
-    fn kind(&self, value: Self::Value) -> Kind<Self>;
+    fn kind(&mut self, value: Self::Value) -> Kind<Self>;
     /// The value of `field` (absent or null: a value of kind `Absent`).
     fn get(&self, object: &Self::Object, field: Field) -> Result<Self::Value, Self::Error>;
     fn len(&self, array: &Self::Array) -> usize;
@@ -126,7 +126,7 @@ pub trait Source: Sized {
 }
 
 fn object<S: Source>(
-    src: &S,
+    src: &mut S,
     parent: &S::Object,
     field: Field,
     loc: Loc,

@@ -1,8 +1,10 @@
 //! Python dicts and lists as a `Source`, walked in place (no JSON round trip). Types are probed
 //! with `cast`, keys are interned. Long strings are never copied: the session keeps the Python
 //! strings alive and borrows their UTF-8 form, and their length in code points is Python's own
-//! (O(1)). `state.input` is checked and dumped as Python's compact JSON into a small arena.
+//! (O(1)). `state.input` is checked here and kept; it is dumped (`params.rs`) only when a
+//! render shows it.
 
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -10,7 +12,8 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use super::{Field, Kind, PartType, Source};
 use crate::errors::{self as e, Failure, InputError, Loc};
-use crate::json::dump::{float_repr, write_string};
+use crate::json::dump::{float_repr, write_string, Full, Limited, Sink};
+use crate::params::DumpInput;
 use crate::session::{SmallStr, Span, SpanKind};
 
 /// A list or a tuple, read in place.
@@ -38,16 +41,43 @@ impl<'py> Seq<'py> {
     }
 
     fn get(&self, index: usize) -> PyResult<Bound<'py, PyAny>> {
-        match self {
-            Seq::List(list) => list.get_item(index),
-            Seq::Tuple(tuple) => tuple.get_item(index),
+        if index >= self.len() {
+            return Err(pyo3::exceptions::PyIndexError::new_err(
+                "index out of range",
+            ));
         }
+        // SAFETY: `index` is in range, and no Python code runs between the check and the read
+        // (the GIL is held), so the sequence cannot shrink in between.
+        Ok(unsafe {
+            match self {
+                Seq::List(list) => list.get_item_unchecked(index),
+                Seq::Tuple(tuple) => tuple.get_item_unchecked(index),
+            }
+        })
     }
 }
 
-/// The interned key of every field, indexed by `Field as usize`.
-pub fn keys(py: Python<'_>) -> [Bound<'_, PyString>; FIELDS] {
-    ALL_FIELDS.map(|field| key(py, field).clone())
+/// The walk's state: what the session keeps of the objects.
+pub struct PySource<'py> {
+    /// the interned key of every field, indexed by `Field as usize`
+    keys: [Bound<'py, PyString>; FIELDS],
+    /// buffer 0 of the session: strings past the last buffer number, copied
+    pub arena: String,
+    /// buffers 1.. of the session: the long strings of the objects, kept alive
+    pub strings: Vec<PyBackedStr>,
+    /// the checked `state.input` values, kept alive for the render
+    pub inputs: Vec<Py<PyAny>>,
+}
+
+impl<'py> PySource<'py> {
+    pub fn new(py: Python<'py>) -> Self {
+        Self {
+            keys: ALL_FIELDS.map(|field| key(py, field).clone()),
+            arena: String::new(),
+            strings: Vec::new(),
+            inputs: Vec::new(),
+        }
+    }
 }
 
 const FIELDS: usize = 23;
@@ -103,16 +133,6 @@ fn key<'py>(py: Python<'py>, field: Field) -> &'py Bound<'py, PyString> {
     }
 }
 
-/// The walk's state: what the session keeps of the objects.
-pub struct PySource<'py> {
-    /// `keys(py)`, looked up once per walk
-    pub keys: [Bound<'py, PyString>; FIELDS],
-    /// buffer 0 of the session: parameter JSON dumped in the walk
-    pub arena: String,
-    /// buffers 1.. of the session: the long strings of the objects, kept alive
-    pub strings: Vec<PyBackedStr>,
-}
-
 fn lone_surrogate(loc: Loc, key: &str) -> Failure {
     Failure::Input(InputError::new(loc.path(Some(key)), e::LONE_SURROGATE))
 }
@@ -124,7 +144,7 @@ impl<'py> Source for PySource<'py> {
     type Str = Bound<'py, PyString>;
     type Error = Failure;
 
-    fn kind(&self, value: Self::Value) -> Kind<Self> {
+    fn kind(&mut self, value: Self::Value) -> Kind<Self> {
         let Some(value) = value else {
             return Kind::Absent;
         };
@@ -213,86 +233,191 @@ impl<'py> Source for PySource<'py> {
         let Some(value) = state.get_item(key)? else {
             return Ok(None);
         };
-        let start = self.arena.len();
-        dump_value(&value, 0, &mut self.arena, loc)?;
-        Ok(Some(Span::new(
-            start,
-            self.arena.len(),
-            0,
-            SpanKind::DumpedJson,
-        )))
+        check_value(&value, 0, loc)?;
+        let index = self.inputs.len();
+        self.inputs.push(value.unbind());
+        Ok(Some(Span::new(index, index, 0, SpanKind::PyInput)))
     }
 }
 
-/// Check a `state.input` value (plain JSON, str keys, at most 64 levels) and dump it as
-/// `json.dumps(v, ensure_ascii=False, separators=(",", ":"))` in the same walk.
-fn dump_value(
-    value: &Bound<'_, PyAny>,
-    level: usize,
-    out: &mut String,
-    loc: Loc,
-) -> Result<(), Failure> {
+/// Whether a Python string has no lone surrogate, without converting it: ASCII and Latin-1
+/// strings cannot have one; wider ones are scanned in their own code units.
+fn surrogate_free(s: &Bound<'_, PyString>) -> bool {
+    let ptr = s.as_ptr();
+    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL). On 3.10 and 3.11 a
+    // legacy string may not be "ready" (its canonical form not built): then the conversion
+    // below decides. A ready string's data is `len` code units of `kind` bytes each, never
+    // changed after creation.
+    unsafe {
+        #[cfg(not(Py_3_12))]
+        if ffi::PyUnicode_IS_READY(ptr) == 0 {
+            return s.to_str().is_ok();
+        }
+        if ffi::PyUnicode_IS_ASCII(ptr) != 0 {
+            return true;
+        }
+        let Ok(len) = usize::try_from(ffi::PyUnicode_GET_LENGTH(ptr)) else {
+            return false;
+        };
+        let data = ffi::PyUnicode_DATA(ptr);
+        match ffi::PyUnicode_KIND(ptr) {
+            ffi::PyUnicode_1BYTE_KIND => true,
+            ffi::PyUnicode_2BYTE_KIND => {
+                let units = std::slice::from_raw_parts(data.cast::<u16>(), len);
+                !units.iter().any(|&u| (0xD800..0xE000).contains(&u))
+            }
+            _ => {
+                let units = std::slice::from_raw_parts(data.cast::<u32>(), len);
+                !units.iter().any(|&u| (0xD800..0xE000).contains(&u))
+            }
+        }
+    }
+}
+
+/// Check a `state.input` value as `check_input` of the reference does: plain JSON (dicts with
+/// str keys, lists, tuples, str, int, float, bool, None), nested at most 64 levels, no lone
+/// surrogate in any string. Nothing is written: the dump waits for the render.
+fn check_value(value: &Bound<'_, PyAny>, level: usize, loc: Loc) -> Result<(), Failure> {
     let fail = |detail: &str| Failure::Input(InputError::new(loc.path(Some("input")), detail));
+    if let Ok(s) = value.cast::<PyString>() {
+        return if surrogate_free(s) {
+            Ok(())
+        } else {
+            Err(fail(e::LONE_SURROGATE))
+        };
+    }
     if let Ok(dict) = value.cast::<PyDict>() {
         if level + 1 > e::MAX_INPUT_DEPTH {
             return Err(fail(e::INPUT_TOO_DEEP));
         }
-        out.push('{');
-        for (n, (key, item)) in dict.iter().enumerate() {
+        for (key, item) in dict.iter() {
             let key = key
                 .cast_into::<PyString>()
                 .map_err(|_| fail("keys must be strings"))?;
-            let key = key.to_str().map_err(|_| fail(e::LONE_SURROGATE))?;
-            if n > 0 {
-                out.push(',');
+            if !surrogate_free(&key) {
+                return Err(fail(e::LONE_SURROGATE));
             }
-            let _ = write_string(key, out);
-            out.push(':');
-            dump_value(&item, level + 1, out, loc)?;
+            check_value(&item, level + 1, loc)?;
         }
-        out.push('}');
         return Ok(());
     }
     if let Some(items) = Seq::of(value) {
         if level + 1 > e::MAX_INPUT_DEPTH {
             return Err(fail(e::INPUT_TOO_DEEP));
         }
-        out.push('[');
+        for n in 0..items.len() {
+            check_value(&items.get(n)?, level + 1, loc)?;
+        }
+        return Ok(());
+    }
+    if value.is_none()
+        || value.cast::<PyBool>().is_ok()
+        || value.cast::<PyInt>().is_ok()
+        || value.cast::<PyFloat>().is_ok()
+    {
+        return Ok(());
+    }
+    let name = value.get_type().name()?;
+    Err(fail(&format!(
+        "not a JSON value ({})",
+        name.to_str().unwrap_or("?")
+    )))
+}
+
+/// The `state.input` values of a walked session, dumped on demand (the GIL is held).
+pub struct PyDumper<'a, 'py> {
+    pub py: Python<'py>,
+    pub inputs: &'a [Py<PyAny>],
+}
+
+impl DumpInput for PyDumper<'_, '_> {
+    fn dump(&mut self, index: usize, sink: &mut Limited<'_>) -> Result<(), Failure> {
+        let Some(value) = self.inputs.get(index) else {
+            return Ok(());
+        };
+        match dump_value(value.bind(self.py), sink) {
+            Ok(()) | Err(Halt::Full) => Ok(()),
+            Err(Halt::Failed(err)) => Err(err),
+        }
+    }
+}
+
+/// Why a dump stopped early.
+enum Halt {
+    /// the preview has all it needs
+    Full,
+    Failed(Failure),
+}
+
+impl From<Full> for Halt {
+    fn from(_: Full) -> Self {
+        Halt::Full
+    }
+}
+
+impl From<PyErr> for Halt {
+    fn from(err: PyErr) -> Self {
+        Halt::Failed(Failure::Py(err))
+    }
+}
+
+/// Dump a checked `state.input` value as `json.dumps(v, ensure_ascii=False,
+/// separators=(",", ":"))` until the sink is full. The value was checked during the walk; a
+/// caller that changed it since gets the check's error here.
+fn dump_value(value: &Bound<'_, PyAny>, out: &mut Limited<'_>) -> Result<(), Halt> {
+    let changed = || {
+        Halt::Failed(Failure::Py(pyo3::exceptions::PyRuntimeError::new_err(
+            "a state.input value changed between reading and rendering the session",
+        )))
+    };
+    if let Ok(dict) = value.cast::<PyDict>() {
+        out.put_char('{')?;
+        for (n, (key, item)) in dict.iter().enumerate() {
+            let key = key.cast_into::<PyString>().map_err(|_| changed())?;
+            let key = key.to_str().map_err(|_| changed())?;
+            if n > 0 {
+                out.put_char(',')?;
+            }
+            write_string(key, out)?;
+            out.put_char(':')?;
+            dump_value(&item, out)?;
+        }
+        out.put_char('}')?;
+        return Ok(());
+    }
+    if let Some(items) = Seq::of(value) {
+        out.put_char('[')?;
         for n in 0..items.len() {
             if n > 0 {
-                out.push(',');
+                out.put_char(',')?;
             }
-            dump_value(&items.get(n)?, level + 1, out, loc)?;
+            dump_value(&items.get(n)?, out)?;
         }
-        out.push(']');
+        out.put_char(']')?;
         return Ok(());
     }
     if let Ok(s) = value.cast::<PyString>() {
-        let _ = write_string(s.to_str().map_err(|_| fail(e::LONE_SURROGATE))?, out);
+        write_string(s.to_str().map_err(|_| changed())?, out)?;
     } else if let Ok(b) = value.cast::<PyBool>() {
-        out.push_str(if b.is_true() { "true" } else { "false" });
+        out.put_str(if b.is_true() { "true" } else { "false" })?;
     } else if let Ok(int) = value.cast::<PyInt>() {
         match int.extract::<i64>() {
-            Ok(v) => out.push_str(&v.to_string()),
+            Ok(v) => out.put_str(&v.to_string())?,
             Err(_) => {
                 let repr = value
                     .py()
                     .get_type::<PyInt>()
                     .getattr(intern!(value.py(), "__repr__"))?
                     .call1((value,))?;
-                out.push_str(&repr.extract::<String>()?);
+                out.put_str(&repr.extract::<String>()?)?;
             }
         }
     } else if let Ok(float) = value.cast::<PyFloat>() {
-        out.push_str(&float_repr(float.value()));
+        out.put_str(&float_repr(float.value()))?;
     } else if value.is_none() {
-        out.push_str("null");
+        out.put_str("null")?;
     } else {
-        let name = value.get_type().name()?;
-        return Err(fail(&format!(
-            "not a JSON value ({})",
-            name.to_str().unwrap_or("?")
-        )));
+        return Err(changed());
     }
     Ok(())
 }
