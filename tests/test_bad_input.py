@@ -813,3 +813,38 @@ def test_odd_objects_get_the_type_error_not_a_crash(engine, field):
         {"info": {"role": "assistant", "summary": True, field: _Uncomparable()}, "parts": []},
     ]
     check(msgs, engine, f"messages[2].info.{field}", "expected a string")
+
+
+def _tool_message(value: Any) -> dict[str, Any]:
+    state = {"status": "completed", "input": value, "output": "done"}
+    part = {"type": "tool", "tool": "read", "state": state}
+    return {"info": {"id": "msg_t", "role": "assistant"}, "parts": [part]}
+
+
+def test_walked_parameters_are_dumped_when_rendered_from_what_was_checked() -> None:
+    """From objects the Rust engine checks `state.input` while walking and dumps it only for
+    the messages it measures: the text is the one json.dumps gives, cut to the preview."""
+    from asyncagents import _core
+    from asyncagents.config import DEFAULT_CONFIG
+
+    value = {"path": "/a/é", "n": [1, 2.5, None, True], "deep": {"k": "x" * 600}}
+    session = _core.from_objects([_tool_message(value)])
+    out = session.render([0], DEFAULT_CONFIG)
+    dumped = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    assert out.context == (
+        f"<inherited_context>\nAgent:\n[Tool: read] {dumped[:500]}...\n[Tool result]\ndone"
+        "\n</inherited_context>"
+    )
+
+
+def test_a_parameter_changed_into_non_json_before_the_render_is_an_error() -> None:
+    """The caller's objects are read twice (walk, then render): a value changed in between
+    into something that is not JSON gives a RuntimeError, never a crash or a wrong dump."""
+    from asyncagents import _core
+    from asyncagents.config import DEFAULT_CONFIG
+
+    value: dict[str, Any] = {"path": "/a"}
+    session = _core.from_objects([_tool_message(value)])
+    value["path"] = {1, 2}
+    with pytest.raises(RuntimeError, match="state.input value changed"):
+        session.render([0], DEFAULT_CONFIG)
