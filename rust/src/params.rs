@@ -5,6 +5,7 @@
 //! calls than the budget keeps, so the others cost nothing.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::errors::Failure;
 use crate::json::dump::{dump_raw, Limited};
@@ -25,11 +26,29 @@ impl DumpInput for NoObjects {
     }
 }
 
+/// Hashes an input index as itself: the keys are small distinct integers.
+#[derive(Default)]
+struct IndexHasher(u64);
+
+impl Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = n as u64;
+    }
+}
+
 /// The parameter text of one render: input index → a range of `arena`.
 #[derive(Default)]
 pub struct Params {
     arena: String,
-    dumped: HashMap<usize, (usize, usize)>,
+    dumped: HashMap<usize, (usize, usize), BuildHasherDefault<IndexHasher>>,
 }
 
 impl Params {

@@ -3,7 +3,7 @@
 //! sure to drop the older ones (those are never measured, their parameters never dumped), pick
 //! the survivors, and build text only for them.
 
-use crate::budget::{fit, Fit, CLOSE, OPEN};
+use crate::budget::{fit, frame_len, Fit, CLOSE, OPEN};
 use crate::config::Config;
 use crate::errors::Failure;
 #[cfg(test)]
@@ -50,6 +50,8 @@ pub fn plan<'s>(session: &'s Session, kept: &[usize], config: &Config) -> Planne
 /// Which messages survive, from their sizes (measured from the newest only as far as needed).
 pub struct Measured {
     fit: Fit,
+    /// the sizes measured, newest first
+    sizes: Vec<usize>,
     params: Params,
 }
 
@@ -68,7 +70,7 @@ pub fn measure(
         .saturating_add(1);
     let mut sizes = Vec::new();
     let mut end = planned.plans.len();
-    let mut size = crate::budget::frame_len();
+    let mut size = frame_len();
     for message in planned.messages.iter().rev() {
         let n = result_count(session.parts_of(message));
         let start = end.saturating_sub(n);
@@ -92,7 +94,7 @@ pub fn measure(
         config.char_budget,
         config.char_no_removal,
     );
-    Ok(Measured { fit, params })
+    Ok(Measured { fit, sizes, params })
 }
 
 /// Whether a context that is already this long (frame included) will lose its oldest messages.
@@ -117,7 +119,7 @@ pub fn write(
         };
     };
     let mut context = String::new();
-    let (final_count, removed, hard_capped) = match measured.fit {
+    let (final_count, removed, hard_capped, total_chars) = match measured.fit {
         Fit::From(first) => {
             // the results of messages `first..` are the last ones of the plan
             let later: usize = messages
@@ -143,7 +145,10 @@ pub fn write(
                 );
             }
             context.push_str(CLOSE);
-            (messages.len() - first, first, false)
+            let kept = messages.len() - first;
+            // every survivor was measured, newest first: the context's length without a count
+            let body: usize = measured.sizes.iter().take(kept).sum();
+            (kept, first, false, frame_len() + body)
         }
         Fit::HardCap { limit } => {
             let mut text = String::new();
@@ -170,10 +175,11 @@ pub fn write(
                 context.push_str(&text);
             }
             context.push_str(CLOSE);
-            (1, messages.len() - 1, true)
+            let total = count_chars(&context);
+            (1, messages.len() - 1, true, total)
         }
     };
-    let total_chars = count_chars(&context);
+    debug_assert_eq!(total_chars, count_chars(&context));
     Rendered {
         context,
         final_count,

@@ -1,10 +1,11 @@
 //! Text helpers on code points (Python's "characters"): counting, slicing by code points and
 //! the head/tail cuts with their markers. A cut never counts or copies more than it keeps.
 
-/// Code points in `s`: its bytes minus the UTF-8 continuation bytes (a loop the compiler
-/// vectorizes; no decoding).
+/// Code points in `s`: its bytes minus the UTF-8 continuation bytes, no decoding. Byte
+/// counters per 255-byte block, so the compiler vectorizes the loop over whole registers.
 pub fn count_chars(s: &str) -> usize {
-    s.len() - s.bytes().filter(|&b| (b as i8) < -64).count()
+    let continuation: usize = s.as_bytes().chunks(255).map(continuation_bytes).sum();
+    s.len() - continuation
 }
 
 /// Byte offset of the end of the first `n` code points of `s` (`s.len()` when shorter).
@@ -12,10 +13,27 @@ pub fn prefix_end(s: &str, n: usize) -> usize {
     if n >= s.len() {
         return s.len();
     }
-    if s.as_bytes().get(..n).is_some_and(<[u8]>::is_ascii) {
+    let bytes = s.as_bytes();
+    if bytes.get(..n).is_some_and(<[u8]>::is_ascii) {
         return n;
     }
-    s.char_indices().nth(n).map_or(s.len(), |(at, _)| at)
+    // Skip whole blocks by their counts, then find the code point's first byte.
+    let mut at = 0;
+    let mut left = n;
+    while let Some(block) = bytes.get(at..at + BLOCK) {
+        let starts = BLOCK - continuation_bytes(block);
+        if starts > left {
+            break;
+        }
+        left -= starts;
+        at += BLOCK;
+    }
+    let rest = bytes.get(at..).unwrap_or(&[]);
+    rest.iter()
+        .enumerate()
+        .filter(|&(_, &b)| !is_continuation(b))
+        .nth(left)
+        .map_or(s.len(), |(k, _)| at + k)
 }
 
 /// Byte offset where the last `n` code points of `s` start (0 when shorter).
@@ -23,12 +41,46 @@ pub fn suffix_start(s: &str, n: usize) -> usize {
     if n == 0 {
         return s.len();
     }
+    let bytes = s.as_bytes();
     if let Some(start) = s.len().checked_sub(n) {
-        if s.as_bytes().get(start..).is_some_and(<[u8]>::is_ascii) {
+        if bytes.get(start..).is_some_and(<[u8]>::is_ascii) {
             return start;
         }
     }
-    s.char_indices().rev().nth(n - 1).map_or(0, |(at, _)| at)
+    // From the end: skip whole blocks by their counts, then find the code point's first byte.
+    let mut end = bytes.len();
+    let mut left = n;
+    while let Some(block) = end.checked_sub(BLOCK).and_then(|from| bytes.get(from..end)) {
+        let starts = BLOCK - continuation_bytes(block);
+        if starts >= left {
+            break;
+        }
+        left -= starts;
+        end -= BLOCK;
+    }
+    let rest = bytes.get(..end).unwrap_or(&[]);
+    rest.iter()
+        .enumerate()
+        .rev()
+        .filter(|&(_, &b)| !is_continuation(b))
+        .nth(left - 1)
+        .map_or(0, |(k, _)| k)
+}
+
+/// Bytes per block when skipping by counts.
+const BLOCK: usize = 64;
+
+fn is_continuation(b: u8) -> bool {
+    (b as i8) < -64
+}
+
+/// UTF-8 continuation bytes in `bytes` (at most 255 bytes: one byte counter, vectorized).
+fn continuation_bytes(bytes: &[u8]) -> usize {
+    usize::from(
+        bytes
+            .iter()
+            .fold(0u8, |n, &b| n.wrapping_add(u8::from(is_continuation(b)))),
+    )
 }
 
 /// The first `n` code points of `s`.
@@ -115,6 +167,29 @@ pub fn error_line(name: Option<&str>, message: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_skips_agree_with_char_indices() {
+        let mut s = String::new();
+        for k in 0..300 {
+            s.push_str(["a", "é", "漢", "😀", "e\u{301}"][k % 5]);
+            if k % 7 == 0 {
+                s.push_str("plain ascii run ");
+            }
+        }
+        let total = s.chars().count();
+        assert_eq!(count_chars(&s), total);
+        for n in 0..=total + 2 {
+            let want = s.char_indices().nth(n).map_or(s.len(), |(at, _)| at);
+            assert_eq!(prefix_end(&s, n), want, "prefix {n}");
+            let want = if n == 0 {
+                s.len()
+            } else {
+                s.char_indices().rev().nth(n - 1).map_or(0, |(at, _)| at)
+            };
+            assert_eq!(suffix_start(&s, n), want, "suffix {n}");
+        }
+    }
 
     #[test]
     fn prefixes_and_suffixes_count_code_points() {
