@@ -35,13 +35,13 @@ def _evict() -> None:
     EVICT.count(b"\x01")  # streams 64 MB through the caches
 
 
-def _median_ms(walk: Callable[[], object], cold: bool, rounds: int = 15) -> float:
+def _median_ms(walk: Callable[[Any], object], objects: Any, cold: bool, rounds: int = 15) -> float:
     times = []
     for _ in range(rounds):
         if cold:
             _evict()
         start = time.perf_counter()
-        walk()
+        walk(objects)
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
 
@@ -66,9 +66,9 @@ def main(shapes: list[str]) -> None:
         fresh = json.loads(data)
         scattered = _scattered(data)
         for name, walk in (("Rust", _core.from_objects), ("reference", read_session)):
-            hot = _median_ms(lambda: walk(fresh), cold=False)
-            cold = _median_ms(lambda: walk(fresh), cold=True)
-            far = _median_ms(lambda: walk(scattered), cold=True)
+            hot = _median_ms(walk, fresh, cold=False)
+            cold = _median_ms(walk, fresh, cold=True)
+            far = _median_ms(walk, scattered, cold=True)
             print(f"| `{shape}` | {name} | {hot:.2f} ms | {cold:.2f} ms | {far:.2f} ms |")
 
 

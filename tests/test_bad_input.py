@@ -846,5 +846,5 @@ def test_a_parameter_changed_into_non_json_before_the_render_is_an_error() -> No
     value: dict[str, Any] = {"path": "/a"}
     session = _core.from_objects([_tool_message(value)])
     value["path"] = {1, 2}
-    with pytest.raises(RuntimeError, match="state.input value changed"):
+    with pytest.raises(RuntimeError, match=r"state\.input value changed"):
         session.render([0], DEFAULT_CONFIG)
