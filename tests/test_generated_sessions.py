@@ -50,3 +50,32 @@ def test_shapes_are_deterministic_and_have_their_features():
         p["state"].get("output", "") for m in errors for p in m["parts"] if p["type"] == "tool"
     ]
     assert outputs and all("error" in o or "failed" in o for o in outputs if len(o) > 100)
+
+
+class _Key(str):
+    """A str subclass as a dict key: equal to the plain key, but not the same object."""
+
+
+def _rekeyed(value):
+    if isinstance(value, dict):
+        return {_Key(k): _rekeyed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rekeyed(v) for v in value]
+    return value
+
+
+def test_key_objects_of_any_origin_read_the_same():
+    """The Rust walk looks keys up with the caller's own key objects once it has seen them (one
+    per document from `json.loads`). Messages parsed one by one (a key object per message) or
+    keyed by str subclasses must read exactly as the shared-key session does."""
+    import json
+
+    data = session_bytes(200, "mixed")
+    shared = session_objects(200, "mixed")
+    reference = build_fork_context(shared, engine="python")
+    assert build_fork_context(shared, engine="rust") == reference
+    one_by_one = [json.loads(json.dumps(m)) for m in json.loads(data)]
+    assert build_fork_context(one_by_one, engine="rust") == reference
+    mixed_origin = shared[:100] + [_rekeyed(m) for m in shared[100:]]
+    assert build_fork_context(mixed_origin, engine="rust") == reference
+    assert build_fork_context(mixed_origin, engine="python") == reference

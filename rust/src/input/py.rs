@@ -1,5 +1,6 @@
 //! Python dicts and lists as a `Source`, walked in place (no JSON round trip). Types are probed
-//! with `cast`, keys are interned. Long strings are never copied: the session keeps the Python
+//! with `cast`; keys are interned, then replaced by the caller's own key objects as the first
+//! dicts show them (a lookup with the stored key object matches on identity). Long strings are never copied: the session keeps the Python
 //! strings alive and borrows their UTF-8 form, and their length in code points is Python's own
 //! (O(1)). `state.input` is checked here and kept; it is dumped (`params.rs`) only when a
 //! render shows it.
@@ -59,8 +60,13 @@ impl<'py> Seq<'py> {
 
 /// The walk's state: what the session keeps of the objects.
 pub struct PySource<'py> {
-    /// the interned key of every field, indexed by `Field as usize`
+    /// the key of every field, indexed by `Field as usize`: interned at first, then the
+    /// caller's own key object where one was seen (see `adopt_keys`)
     keys: [Bound<'py, PyString>; FIELDS],
+    /// fields whose key was not adopted yet (bit `Field as usize`)
+    unadopted: u32,
+    /// dicts still to look at for keys to adopt
+    adopt_budget: u32,
     /// buffer 0 of the session: strings past the last buffer number, copied
     pub arena: String,
     /// buffers 1.. of the session: the long strings of the objects, kept alive
@@ -69,10 +75,54 @@ pub struct PySource<'py> {
     pub inputs: Vec<Py<PyAny>>,
 }
 
+/// Dicts looked at for keys to adopt, at most: the first messages have every common field.
+const ADOPT_DICTS: u32 = 32;
+/// The fields of nearly every message, whose keys are worth adopting.
+const COMMON: [Field; 13] = [
+    Field::Info,
+    Field::Parts,
+    Field::Role,
+    Field::Id,
+    Field::ParentId,
+    Field::Type,
+    Field::Text,
+    Field::Tool,
+    Field::State,
+    Field::Status,
+    Field::Input,
+    Field::Output,
+    Field::Time,
+];
+
 impl<'py> PySource<'py> {
+    /// Take the caller's key objects as ours. `json.loads` builds one `str` per distinct key
+    /// of a document and shares it between all its dicts, so a lookup with that very object
+    /// matches on identity; with an equal but distinct one it also compares the text.
+    fn adopt_keys(&mut self, dict: &Bound<'py, PyDict>) {
+        self.adopt_budget -= 1;
+        for (key, _) in dict.iter() {
+            let Ok(key) = key.cast_into_exact::<PyString>() else {
+                continue;
+            };
+            let Ok(text) = key.to_str() else { continue };
+            for (at, field) in ALL_FIELDS.iter().enumerate() {
+                if self.unadopted & (1 << at) != 0 && field.key() == text {
+                    if let Some(slot) = self.keys.get_mut(at) {
+                        *slot = key.clone();
+                    }
+                    self.unadopted &= !(1 << at);
+                }
+            }
+        }
+    }
+
     pub fn new(py: Python<'py>) -> Self {
         Self {
             keys: ALL_FIELDS.map(|field| key(py, field).clone()),
+            unadopted: COMMON
+                .iter()
+                .fold(0, |bits, &field| bits | 1 << field as u32),
+            adopt_budget: ADOPT_DICTS,
             arena: String::new(),
             strings: Vec::new(),
             inputs: Vec::new(),
@@ -153,7 +203,12 @@ impl<'py> Source for PySource<'py> {
             Err(err) => err.into_inner(),
         };
         let value = match value.cast_into::<PyDict>() {
-            Ok(d) => return Kind::Object(d),
+            Ok(d) => {
+                if self.unadopted != 0 && self.adopt_budget > 0 {
+                    self.adopt_keys(&d);
+                }
+                return Kind::Object(d);
+            }
             Err(err) => err.into_inner(),
         };
         if let Some(seq) = Seq::of(&value) {
