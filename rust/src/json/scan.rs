@@ -197,6 +197,34 @@ impl<M: OnMessage> Scanner<'_, M> {
         Err(Stop::Syntax(what, self.i))
     }
 
+    /// Just after `[` or `{`: whether `close` follows at once (then it is consumed).
+    fn closes_at_once(&mut self, close: u8) -> bool {
+        self.ws();
+        let empty = self.peek() == Some(close);
+        if empty {
+            self.i += 1;
+        }
+        empty
+    }
+
+    /// After an item of an array or object: `true` at a `,` (another item follows), `false` at
+    /// `close` (consumed: the container ends).
+    fn next_item(&mut self, close: u8) -> Res<bool> {
+        self.ws();
+        match self.peek() {
+            Some(b',') => {
+                self.i += 1;
+                Ok(true)
+            }
+            Some(c) if c == close => {
+                self.i += 1;
+                Ok(false)
+            }
+            _ if close == b'}' => self.fail("expecting ',' or '}'"),
+            _ => self.fail("expecting ',' or ']'"),
+        }
+    }
+
     fn open(&mut self) -> Res<()> {
         self.depth += 1;
         if self.depth >= RUNAWAY_DEPTH {
@@ -393,10 +421,7 @@ impl<M: OnMessage> Scanner<'_, M> {
             self.doc.nodes.push([Val::Absent; SLOTS]);
             Some(self.doc.nodes.len() - 1)
         };
-        self.ws();
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-        } else {
+        if !self.closes_at_once(b'}') {
             loop {
                 self.ws();
                 if self.peek() != Some(b'"') {
@@ -433,14 +458,8 @@ impl<M: OnMessage> Scanner<'_, M> {
                         *place = value;
                     }
                 }
-                self.ws();
-                match self.peek() {
-                    Some(b',') => self.i += 1,
-                    Some(b'}') => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return self.fail("expecting ',' or '}'"),
+                if !self.next_item(b'}')? {
+                    break;
                 }
             }
         }
@@ -454,24 +473,15 @@ impl<M: OnMessage> Scanner<'_, M> {
         self.sink.start();
         let (nodes, items) = (self.doc.nodes.len(), self.doc.items.len());
         let mut index = 0;
-        self.ws();
-        if self.peek() == Some(b']') {
-            self.i += 1;
-        } else {
+        if !self.closes_at_once(b']') {
             loop {
                 let value = self.value(Schema::Message)?;
                 self.sink.message(&self.doc, value, index);
                 self.doc.nodes.truncate(nodes);
                 self.doc.items.truncate(items);
                 index += 1;
-                self.ws();
-                match self.peek() {
-                    Some(b',') => self.i += 1,
-                    Some(b']') => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return self.fail("expecting ',' or ']'"),
+                if !self.next_item(b']')? {
+                    break;
                 }
             }
         }
@@ -482,23 +492,14 @@ impl<M: OnMessage> Scanner<'_, M> {
     fn array(&mut self, item: Option<Schema>) -> Res<Val> {
         self.open()?;
         let mark = self.scratch.len();
-        self.ws();
-        if self.peek() == Some(b']') {
-            self.i += 1;
-        } else {
+        if !self.closes_at_once(b']') {
             loop {
                 let value = self.value(item.unwrap_or(Schema::Skip))?;
                 if item.is_some() {
                     self.scratch.push(value);
                 }
-                self.ws();
-                match self.peek() {
-                    Some(b',') => self.i += 1,
-                    Some(b']') => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return self.fail("expecting ',' or ']'"),
+                if !self.next_item(b']')? {
+                    break;
                 }
             }
         }
