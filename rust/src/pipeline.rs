@@ -3,6 +3,8 @@
 //! sure to drop the older ones (those are never measured, their parameters never dumped), pick
 //! the survivors, and build text only for them.
 
+use std::ops::Range;
+
 use crate::budget::{fit, frame_len, Fit, CLOSE, OPEN};
 use crate::config::Config;
 use crate::errors::Failure;
@@ -52,6 +54,8 @@ pub struct Measured {
     fit: Fit,
     /// the sizes measured, newest first
     sizes: Vec<usize>,
+    /// the range of `Planned::plans` holding each measured message's results, newest first
+    results: Vec<Range<usize>>,
     params: Params,
 }
 
@@ -69,12 +73,14 @@ pub fn measure(
         .max(config.params_tier3)
         .saturating_add(1);
     let mut sizes = Vec::new();
+    let mut ranges = Vec::new();
     let mut end = planned.plans.len();
     let mut size = frame_len();
     for message in planned.messages.iter().rev() {
         let n = result_count(session.parts_of(message));
         let start = end.saturating_sub(n);
         let results = planned.plans.get(start..end).unwrap_or(&[]);
+        ranges.push(start..end);
         end = start;
         params.prepare(session, message, widest, dumper)?;
         let mut count = Count::default();
@@ -94,7 +100,12 @@ pub fn measure(
         config.char_budget,
         config.char_no_removal,
     );
-    Ok(Measured { fit, sizes, params })
+    Ok(Measured {
+        fit,
+        sizes,
+        results: ranges,
+        params,
+    })
 }
 
 /// Whether a context that is already this long (frame included) will lose its oldest messages.
@@ -118,53 +129,39 @@ pub fn write(
             ..Rendered::default()
         };
     };
+    // The body of the `k`-th newest message (every survivor was measured).
+    let write_body = |k: usize, out: &mut String| {
+        let Some(message) = messages.get(last - k) else {
+            return;
+        };
+        let results = measured
+            .results
+            .get(k)
+            .and_then(|range| planned.plans.get(range.clone()))
+            .unwrap_or(&[]);
+        body(session, params, message, results, config, &mut Write(out));
+    };
     let mut context = String::new();
     let (final_count, removed, hard_capped, total_chars) = match measured.fit {
         Fit::From(first) => {
-            // the results of messages `first..` are the last ones of the plan
-            let later: usize = messages
-                .get(first..)
-                .unwrap_or(&[])
-                .iter()
-                .map(|m| result_count(session.parts_of(m)))
-                .sum();
-            let mut at = planned.plans.len().saturating_sub(later);
+            let kept = messages.len() - first;
             context.push_str(OPEN);
-            for message in messages.get(first..).unwrap_or(&[]) {
-                let n = result_count(session.parts_of(message));
-                let results = planned.plans.get(at..at + n).unwrap_or(&[]);
-                at += n;
-                context.push_str(&head(message));
-                body(
-                    session,
-                    params,
-                    message,
-                    results,
-                    config,
-                    &mut Write(&mut context),
-                );
+            for k in (0..kept).rev() {
+                if let Some(message) = messages.get(last - k) {
+                    context.push_str(&head(message));
+                }
+                write_body(k, &mut context);
             }
             context.push_str(CLOSE);
-            let kept = messages.len() - first;
-            // every survivor was measured, newest first: the context's length without a count
+            // the survivors' sizes are known: the context's length without a count
             let body: usize = measured.sizes.iter().take(kept).sum();
             (kept, first, false, frame_len() + body)
         }
         Fit::HardCap { limit } => {
             let mut text = String::new();
+            write_body(0, &mut text);
+            context.push_str(OPEN);
             if let Some(message) = messages.get(last) {
-                let n = result_count(session.parts_of(message));
-                let from = planned.plans.len().saturating_sub(n);
-                let results = planned.plans.get(from..).unwrap_or(&[]);
-                body(
-                    session,
-                    params,
-                    message,
-                    results,
-                    config,
-                    &mut Write(&mut text),
-                );
-                context.push_str(OPEN);
                 context.push_str(&head(message));
             }
             let chars = count_chars(&text);
