@@ -108,8 +108,8 @@ struct Needles<'c> {
     marker_escapable: bool,
     errors: OnceCell<Option<Arc<AhoCorasick>>>,
     errors_escapable: bool,
-    /// the cleared marker (pattern 0) and the error patterns, in one automaton
-    both: OnceCell<Option<Arc<AhoCorasick>>>,
+    /// the cleared marker (pattern 0) and the error patterns, and their automaton
+    both: OnceCell<(Vec<String>, Option<Arc<AhoCorasick>>)>,
 }
 
 impl<'c> Needles<'c> {
@@ -131,10 +131,10 @@ impl<'c> Needles<'c> {
             .map(|at| (at + from, 0))
     }
 
-    /// Search one result: for the cleared marker when `marker`, for an error pattern when
-    /// `errors` (both in one pass when both are asked).
-    fn search(&self, session: &Session, span: Span, marker: bool, errors: bool) -> Found {
-        let marker = marker && span.chars >= self.marker_chars;
+    /// Search one result for the cleared marker (unless it is too short to hold it) and, when
+    /// `errors`, for an error pattern: in one pass when both are searched.
+    fn search(&self, session: &Session, span: Span, errors: bool) -> Found {
+        let marker = span.chars >= self.marker_chars;
         match (marker, errors) {
             (false, false) => Found::default(),
             (true, false) => {
@@ -160,9 +160,12 @@ impl<'c> Needles<'c> {
             (true, true) => {
                 let escapable = self.marker_escapable || self.errors_escapable;
                 let (hay, skip) = haystack(session, span, escapable);
-                let patterns = self.both_patterns();
-                let automaton = self.both.get_or_init(|| automaton(&patterns));
-                let find = |hay: &[u8], from| find_any(automaton, &patterns, hay, from);
+                let (patterns, automaton) = self.both.get_or_init(|| {
+                    let patterns = self.both_patterns();
+                    let automaton = automaton(&patterns);
+                    (patterns, automaton)
+                });
+                let find = |hay: &[u8], from| find_any(automaton, patterns, hay, from);
                 match next_match(&hay, skip, 0, &find) {
                     None => Found::default(),
                     // Leftmost-first: a marker starting where an error word does wins.
@@ -292,7 +295,7 @@ pub fn plan_results(
                 .head_tail_keywords
                 .iter()
                 .any(|k| name.contains(k.as_str()));
-        let found = needles.search(session, span, true, limit.is_some() && !decided);
+        let found = needles.search(session, span, limit.is_some() && !decided);
         if found.cleared {
             counts.compacted += 1;
             plans.push(plan);
