@@ -9,6 +9,7 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use super::{Field, Kind, PartType, Source};
@@ -118,7 +119,7 @@ impl<'py> PySource<'py> {
 
     pub fn new(py: Python<'py>) -> Self {
         Self {
-            keys: ALL_FIELDS.map(|field| key(py, field).clone()),
+            keys: interned_keys(py),
             unadopted: COMMON
                 .iter()
                 .fold(0, |bits, &field| bits | 1 << field as u32),
@@ -157,30 +158,15 @@ const ALL_FIELDS: [Field; FIELDS] = [
     Field::Compacted,
 ];
 
-fn key<'py>(py: Python<'py>, field: Field) -> &'py Bound<'py, PyString> {
-    match field {
-        Field::Info => intern!(py, "info"),
-        Field::Parts => intern!(py, "parts"),
-        Field::Role => intern!(py, "role"),
-        Field::Id => intern!(py, "id"),
-        Field::ParentId => intern!(py, "parentID"),
-        Field::Summary => intern!(py, "summary"),
-        Field::InfoError | Field::StateError => intern!(py, "error"),
-        Field::ErrorName | Field::PartName => intern!(py, "name"),
-        Field::ErrorData => intern!(py, "data"),
-        Field::DataMessage => intern!(py, "message"),
-        Field::Type => intern!(py, "type"),
-        Field::Text => intern!(py, "text"),
-        Field::Ignored => intern!(py, "ignored"),
-        Field::Tool => intern!(py, "tool"),
-        Field::TailStartId => intern!(py, "tail_start_id"),
-        Field::State => intern!(py, "state"),
-        Field::Status => intern!(py, "status"),
-        Field::Input => intern!(py, "input"),
-        Field::Output => intern!(py, "output"),
-        Field::Time => intern!(py, "time"),
-        Field::Compacted => intern!(py, "compacted"),
-    }
+/// The interned key of every field (`Field::key`), made once per process.
+static KEYS: PyOnceLock<[Py<PyString>; FIELDS]> = PyOnceLock::new();
+
+fn interned_keys(py: Python<'_>) -> [Bound<'_, PyString>; FIELDS] {
+    KEYS.get_or_init(py, || {
+        ALL_FIELDS.map(|field| PyString::intern(py, field.key()).unbind())
+    })
+    .each_ref()
+    .map(|key| key.bind(py).clone())
 }
 
 fn lone_surrogate(loc: Loc, key: &str) -> Failure {
