@@ -21,16 +21,6 @@ from typing import Any, Protocol
 
 from ..tasks.models import Task, TaskProgress, TaskStatus
 
-#: the kinds a manager reports (`TaskChange.kind`); each becomes an event of that name
-CHANGE_KINDS: tuple[str, ...] = (
-    "task.created",
-    "task.updated",
-    "task.completed",
-    "task.error",
-    "task.cancelled",
-    "task.resumed",
-    "task.cleared",
-)
 SNAPSHOT = "snapshot"
 
 
