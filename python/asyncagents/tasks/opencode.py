@@ -59,6 +59,16 @@ class _Answer:
     body: bytes
 
 
+def _unusable(answer: _Answer, what: str) -> BackendProtocolError:
+    """The server answered with a body the backend cannot use; `what` says what it was."""
+    return BackendProtocolError(
+        f"OpenCode server answered {answer.method} {answer.url} with {what} ({_detail(answer)}).",
+        answer.status,
+        url=answer.url,
+        method=answer.method,
+    )
+
+
 def _session_path(session_id: str, tail: str = "") -> str:
     """``/session/{id}{tail}`` with the id quoted (an id never walks to another path)."""
     return f"/session/{quote(session_id, safe='')}{tail}"
@@ -367,26 +377,14 @@ class OpenCodeBackend:
         try:
             value = json.loads(answer.body)
         except ValueError as exc:
-            raise BackendProtocolError(
-                f"OpenCode server answered {answer.method} {answer.url} with a body that is not "
-                f"JSON ({_detail(answer)}).",
-                answer.status,
-                url=answer.url,
-                method=answer.method,
-            ) from exc
+            raise _unusable(answer, "a body that is not JSON") from exc
         if not isinstance(value, expect):
             names = (
                 expect.__name__
                 if isinstance(expect, type)
                 else "/".join(t.__name__ for t in expect)
             )
-            raise BackendProtocolError(
-                f"OpenCode server answered {answer.method} {answer.url} with JSON of type "
-                f"{type(value).__name__}, expected {names} ({_detail(answer)}).",
-                answer.status,
-                url=answer.url,
-                method=answer.method,
-            )
+            raise _unusable(answer, f"JSON of type {type(value).__name__}, expected {names}")
         return value
 
     @classmethod
@@ -443,13 +441,7 @@ class OpenCodeBackend:
             max_bytes=self.max_messages_bytes,
         )
         if not _JSON_START.match(answer.body):
-            raise BackendProtocolError(
-                f"OpenCode server answered GET {answer.url} with a body that is not a JSON "
-                f"array ({_detail(answer)}).",
-                answer.status,
-                url=answer.url,
-                method="GET",
-            )
+            raise _unusable(answer, "a body that is not a JSON array")
         return answer.body
 
     async def prompt(self, session_id: str, request: PromptRequest) -> JSON:
