@@ -20,6 +20,7 @@ from workers_support import (
     count_notices,
     make_parents,
     open_store,
+    quick_options,
     store_args,
     tasks_by_id,
 )
@@ -29,10 +30,7 @@ MARGIN = 15.0
 BURST = 200
 #: stored tasks of the victim when it is killed (its burst takes seconds)
 KILL_AT = 20
-OPTIONS = (
-    "--lease-ttl", str(LEASE_TTL), "--poll-interval", "1", "--notice-interval", "0.3",
-    "--notice-claim-ttl", "5", "--notice-retry-initial", "0.2", "--stats-interval", "1",
-)  # fmt: skip
+OPTIONS = quick_options(LEASE_TTL)
 
 
 def prompted(url: str, session_id: str, prompt: str) -> bool:

@@ -17,6 +17,7 @@ from workers_support import (
     count_notices,
     make_parents,
     open_store,
+    quick_options,
     store_args,
     tasks_by_id,
 )
@@ -26,10 +27,7 @@ LEASE_TTL = 4.0
 MARGIN = 10.0
 HELD = 30
 QUICK = 10
-OPTIONS = (
-    "--lease-ttl", str(LEASE_TTL), "--poll-interval", "1", "--notice-interval", "0.3",
-    "--notice-claim-ttl", "5", "--notice-retry-initial", "0.2", "--stats-interval", "1",
-)  # fmt: skip
+OPTIONS = quick_options(LEASE_TTL)
 
 
 async def test_killed_worker_tasks_taken_over_and_finished(

@@ -20,16 +20,14 @@ from workers_support import (
     count_notices,
     make_parents,
     open_store,
+    quick_options,
     session_exists,
     store_args,
     tasks_by_id,
 )
 
 LEASE_TTL = 3.0
-OPTIONS = (
-    "--lease-ttl", str(LEASE_TTL), "--poll-interval", "1", "--notice-interval", "0.3",
-    "--notice-claim-ttl", "5", "--notice-retry-initial", "0.2", "--stats-interval", "1",
-)  # fmt: skip
+OPTIONS = quick_options(LEASE_TTL)
 HELD = 20
 QUICK = 20
 

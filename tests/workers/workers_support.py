@@ -321,6 +321,14 @@ def session_exists(url: str, session_id: str) -> bool:
 # --- the store side -----------------------------------------------------------------------------
 
 
+def quick_options(lease_ttl: float) -> tuple[str, ...]:
+    """Worker options of the fault tests: a short lease, quick polls and notice retries."""
+    return (
+        "--lease-ttl", str(lease_ttl), "--poll-interval", "1", "--notice-interval", "0.3",
+        "--notice-claim-ttl", "5", "--notice-retry-initial", "0.2", "--stats-interval", "1",
+    )  # fmt: skip
+
+
 def store_args(kind: str, where: str) -> list[str]:
     return ["--sqlite", where] if kind == "sqlite" else ["--postgres", where]
 
