@@ -11,7 +11,10 @@ import pytest
 from asyncagents.service import begin_drain, create_app
 from asyncagents.tasks import InMemoryTaskStore, InProcessBackend, TaskManager, TaskManagerConfig
 from dash_support import TOKEN, Script
+from inprocess_fixtures import parent
 from starlette.applications import Starlette
+
+__all__ = ["parent"]  # a fixture shared with the task tests
 
 
 @pytest.fixture
@@ -31,12 +34,6 @@ async def manager(backend: InProcessBackend) -> AsyncIterator[TaskManager]:
     async with TaskManager(backend, store, config) as mgr:
         await asyncio.wait_for(mgr.events.connected.wait(), 5)
         yield mgr
-
-
-@pytest.fixture
-async def parent(backend: InProcessBackend) -> str:
-    session = await backend.create_session(title="parent")
-    return str(session["id"])
 
 
 @pytest.fixture
