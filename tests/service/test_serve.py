@@ -36,28 +36,27 @@ class Service:
         self.token_path = root / "state" / "asyncagents" / "token"
         self.process: subprocess.Popen[str] | None = None
 
-    def start(self, *extra: str) -> Service:
+    def env(self) -> dict[str, str]:
+        """The environment of a service process: its state under `root`, no token file set."""
         env = {
             **os.environ,
             "PYTHONPATH": python_path(),
             "XDG_STATE_HOME": str(self.root / "state"),
         }
         env.pop("ASYNCAGENTS_TOKEN_FILE", None)
+        return env
+
+    def argv(self, store: str, *extra: str) -> list[str]:
+        """`asyncagents serve` on this service's port with the store file `root/store`."""
+        return [
+            sys.executable, "-m", "asyncagents", "serve", "--opencode", NO_OPENCODE,
+            "--port", str(self.port), "--store", str(self.root / store), *extra,
+        ]  # fmt: skip
+
+    def start(self, *extra: str) -> Service:
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "asyncagents",
-                "serve",
-                "--opencode",
-                NO_OPENCODE,
-                "--port",
-                str(self.port),
-                "--store",
-                str(self.root / "tasks.sqlite3"),
-                *extra,
-            ],
-            env=env,
+            self.argv("tasks.sqlite3", *extra),
+            env=self.env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -143,11 +142,7 @@ def test_a_token_file_others_can_read_is_refused(service: Service) -> None:
     service.token_path.chmod(0o644)
     done = subprocess.run(
         [sys.executable, "-m", "asyncagents", "serve", "--opencode", NO_OPENCODE],
-        env={
-            **os.environ,
-            "PYTHONPATH": python_path(),
-            "XDG_STATE_HOME": str(service.root / "state"),
-        },
+        env=service.env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -163,25 +158,9 @@ def test_a_port_in_use_fails_with_status_1(service: Service) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", service.port))
         busy.listen()
-        env = {
-            **os.environ,
-            "PYTHONPATH": python_path(),
-            "XDG_STATE_HOME": str(service.root / "state"),
-        }
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "asyncagents",
-                "serve",
-                "--opencode",
-                NO_OPENCODE,
-                "--port",
-                str(service.port),
-                "--store",
-                str(service.root / "t.sqlite3"),
-            ],
-            env=env,
+            service.argv("t.sqlite3"),
+            env=service.env(),
             capture_output=True,
             text=True,
             timeout=60,
@@ -191,11 +170,7 @@ def test_a_port_in_use_fails_with_status_1(service: Service) -> None:
 
 
 def test_a_bad_opencode_url_is_refused_and_a_down_one_warned(service: Service) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": python_path(),
-        "XDG_STATE_HOME": str(service.root / "state"),
-    }
+    env = service.env()
     for url in ("notaurl", "ftp://127.0.0.1:21"):
         done = subprocess.run(
             [sys.executable, "-m", "asyncagents", "serve", "--opencode", url],
