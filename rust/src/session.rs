@@ -103,9 +103,13 @@ impl Span {
 const INLINE: usize = 38;
 
 /// A short string (role, id, tool name): inline when it fits, so reading a session does not
-/// allocate per message.
+/// allocate per message. Built only from a `&str` (the representation is private), so its
+/// bytes are always whole UTF-8.
 #[derive(Clone)]
-pub enum SmallStr {
+pub struct SmallStr(Repr);
+
+#[derive(Clone)]
+enum Repr {
     Inline { len: u8, bytes: [u8; INLINE] },
     Heap(Box<str>),
 }
@@ -116,20 +120,21 @@ impl SmallStr {
             Ok(len) if s.len() <= INLINE => {
                 let mut bytes = [0u8; INLINE];
                 bytes[..s.len()].copy_from_slice(s.as_bytes());
-                SmallStr::Inline { len, bytes }
+                SmallStr(Repr::Inline { len, bytes })
             }
-            _ => SmallStr::Heap(s.into()),
+            _ => SmallStr(Repr::Heap(s.into())),
         }
     }
 
     pub fn as_str(&self) -> &str {
-        match self {
-            // Always whole UTF-8: the bytes of one `&str`, copied in `new`.
-            SmallStr::Inline { len, bytes } => bytes
-                .get(..usize::from(*len))
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .unwrap_or(""),
-            SmallStr::Heap(s) => s,
+        match &self.0 {
+            Repr::Inline { len, bytes } => {
+                let bytes = bytes.get(..usize::from(*len)).unwrap_or(&[]);
+                // SAFETY: `new` is the only way to an `Inline` (`Repr` is private to this
+                // module) and it copies `len` bytes of one `&str`: whole UTF-8.
+                unsafe { std::str::from_utf8_unchecked(bytes) }
+            }
+            Repr::Heap(s) => s,
         }
     }
 }
@@ -152,7 +157,7 @@ impl From<String> for SmallStr {
         if s.len() <= INLINE {
             SmallStr::new(&s)
         } else {
-            SmallStr::Heap(s.into_boxed_str())
+            SmallStr(Repr::Heap(s.into_boxed_str()))
         }
     }
 }
@@ -256,8 +261,11 @@ mod tests {
         }
         assert!(matches!(
             SmallStr::new(&"x".repeat(38)),
-            SmallStr::Inline { .. }
+            SmallStr(Repr::Inline { .. })
         ));
-        assert!(matches!(SmallStr::new(&"x".repeat(39)), SmallStr::Heap(_)));
+        assert!(matches!(
+            SmallStr::new(&"x".repeat(39)),
+            SmallStr(Repr::Heap(_))
+        ));
     }
 }

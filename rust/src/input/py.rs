@@ -231,11 +231,17 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn short(&mut self, s: Bound<'py, PyString>, loc: Loc, key: &str) -> Result<SmallStr, Failure> {
+        if let Some(text) = ascii_text(&s) {
+            return Ok(SmallStr::new(text));
+        }
         let text = s.to_str().map_err(|_| lone_surrogate(loc, key))?;
         Ok(SmallStr::new(text))
     }
 
     fn part_type(&mut self, s: Bound<'py, PyString>, loc: Loc) -> Result<PartType, Failure> {
+        if let Some(text) = ascii_text(&s) {
+            return Ok(PartType::of(text));
+        }
         let text = s.to_str().map_err(|_| lone_surrogate(loc, "type"))?;
         Ok(PartType::of(text))
     }
@@ -278,6 +284,29 @@ impl<'py> Source for PySource<'py> {
         let index = self.inputs.len();
         self.inputs.push(value.unbind());
         Ok(Some(Span::new(index, index, 0, SpanKind::PyInput)))
+    }
+}
+
+/// The text of an ASCII `str`, read in place without a call: a compact ASCII string stores
+/// its characters, which are their own UTF-8, right after its header. `None` for other strings.
+fn ascii_text<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a str> {
+    let ptr = s.as_ptr();
+    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL), never changed after
+    // creation. A ready compact ASCII string's data is its `len` ASCII bytes, valid while the
+    // object lives, which `s` (borrowed for `'a`) guarantees.
+    unsafe {
+        #[cfg(not(Py_3_12))]
+        if ffi::PyUnicode_IS_READY(ptr) == 0 {
+            return None;
+        }
+        if ffi::PyUnicode_IS_COMPACT_ASCII(ptr) == 0 {
+            return None;
+        }
+        let len = usize::try_from(ffi::PyUnicode_GET_LENGTH(ptr)).ok()?;
+        let data = ffi::PyUnicode_DATA(ptr).cast::<u8>();
+        Some(std::str::from_utf8_unchecked(std::slice::from_raw_parts(
+            data, len,
+        )))
     }
 }
 
