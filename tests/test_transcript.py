@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from asyncagents import build_fork_context
@@ -418,3 +419,27 @@ def test_message_models_are_accepted(engine):
         block("Agent", "[Tool: read] {}", "[Tool result]\no", "[Tool: bash]"),
     )
     assert ctx == build_fork_context(msgs, engine=engine)
+
+
+_ASCII16 = "0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "plain ascii",
+        "é",  # Latin-1: one byte per character
+        f"{_ASCII16}ÿ{_ASCII16}{_ASCII16}x",
+        "日本語 Ω ß",  # the BMP: two bytes per character
+        f"{_ASCII16}\u0800{_ASCII16}\uffff",
+        "😀",  # astral: four bytes per character
+        f"e\u0301{_ASCII16}{_ASCII16}🚀\U0010ffff\u0080",
+    ],
+)
+def test_context_str_has_every_character_and_python_s_own_width(fork, body):
+    ctx = fork([user("msg_1", text(body))])
+    want = f"<inherited_context>\nUser:\n{body}\n</inherited_context>"
+    assert ctx.context == want
+    assert ctx.text.endswith("\n\n" + want)
+    # the narrowest layout that holds the widest character, as CPython builds it
+    assert sys.getsizeof(ctx.context) == sys.getsizeof(want)

@@ -4,7 +4,8 @@
 //! (the internal messages), `json` (the document scanner, string decoding, Python-compatible
 //! dumps), `params` (tool parameters dumped for the messages a render shows), `input` (the
 //! message rules, generic over the JSON view and Python objects), `tiers` (stage 2),
-//! `transcript` and `budget` (stage 3), `pipeline` (stages 2 and 3 end to end).
+//! `transcript` and `budget` (stage 3), `pipeline` (stages 2 and 3 end to end), `pystr` (the
+//! result `str`).
 //! This file only assembles them for Python and releases the GIL around the work.
 
 mod budget;
@@ -14,6 +15,7 @@ mod input;
 mod json;
 mod params;
 mod pipeline;
+mod pystr;
 mod session;
 mod text;
 mod tiers;
@@ -105,7 +107,7 @@ impl ParsedSession {
         };
         let out = py.detach(|| pipeline::write(session, &planned, &measured, &config));
         Ok(RenderResult {
-            context: PyString::new(py, &out.context).unbind(),
+            context: pystr::new_str(py, &out.context)?.unbind(),
             final_count: out.final_count,
             total_chars: out.total_chars,
             truncated_results: out.counts.truncated,

@@ -1,0 +1,259 @@
+//! The rendered context as a Python `str`, written straight into CPython's own layout (one,
+//! two or four bytes per code point). The text is UTF-8 we built, so it needs no check;
+//! CPython's general decoder checks every byte again and, for mostly-ASCII text with a few
+//! wide characters, widens its buffer as it goes (half of a render with emoji in it).
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::text::count_chars;
+
+/// `text` as a `str`. ASCII text goes through CPython's own copy; other text is decoded here
+/// into a string of the narrowest kind that holds its widest code point, as CPython would
+/// build it (so it compares equal to any other `str` with the same code points).
+pub fn new_str<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyString>> {
+    // The widest lead byte decides the kind: 0xc2-0xc3 start U+0080-U+00FF, up to 0xef the
+    // rest of the BMP, 0xf0 and above the astral planes.
+    let widest = text.bytes().max().unwrap_or(0);
+    if widest < 0x80 {
+        return Ok(PyString::new(py, text));
+    }
+    let chars = count_chars(text);
+    let (maxchar, width): (u32, usize) = match widest {
+        0x80..=0xc3 => (0xff, 1),
+        0xc4..=0xef => (0xffff, 2),
+        _ => (0x10_ffff, 4),
+    };
+    let size = ffi::Py_ssize_t::try_from(chars)
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("context too long"))?;
+    // SAFETY: PyUnicode_New returns a new reference to a ready, compact `str` of `chars` code
+    // units of `width` bytes, uninitialized, or NULL with an exception set.
+    let string = unsafe {
+        Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_New(size, maxchar))?
+            .cast_into_unchecked::<PyString>()
+    };
+    // SAFETY: the string was just made and is not shared yet; its data is `chars` units of
+    // `width` bytes, suitably aligned (CPython places it after the header, aligned for UCS4).
+    let written = unsafe {
+        let data = ffi::PyUnicode_DATA(string.as_ptr());
+        match width {
+            1 => decode(
+                std::slice::from_raw_parts_mut(data.cast::<u8>(), chars),
+                text,
+            ),
+            2 => decode(
+                std::slice::from_raw_parts_mut(data.cast::<u16>(), chars),
+                text,
+            ),
+            _ => decode(
+                std::slice::from_raw_parts_mut(data.cast::<u32>(), chars),
+                text,
+            ),
+        }
+    };
+    if written == Some(chars) {
+        Ok(string)
+    } else {
+        // Not reached (the count and the kind come from the same bytes), but never hand out a
+        // string with unwritten units.
+        Ok(PyString::new(py, text))
+    }
+}
+
+/// A code unit of a `str` kind: one, two or four bytes.
+trait Unit: Copy {
+    /// Code point `point`, which the caller knows fits.
+    fn of(point: u32) -> Self;
+    /// When the 16 bytes of `block` are ASCII, write them as the first 16 units of `out`
+    /// (which has at least 16) and return `true`.
+    fn ascii16(block: &[u8; 16], out: &mut [Self]) -> bool;
+}
+
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    pub use std::arch::x86_64::{
+        __m128i, _mm_loadu_si128, _mm_movemask_epi8, _mm_setzero_si128, _mm_storeu_si128,
+        _mm_unpackhi_epi16, _mm_unpackhi_epi8, _mm_unpacklo_epi16, _mm_unpacklo_epi8,
+    };
+
+    /// The 16 bytes, or `None` when one of them is not ASCII.
+    #[inline(always)]
+    pub fn ascii(block: &[u8; 16]) -> Option<__m128i> {
+        // SAFETY: reads the 16 bytes of `block`; SSE2 is part of every x86_64 target.
+        unsafe {
+            let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
+            (_mm_movemask_epi8(v) == 0).then_some(v)
+        }
+    }
+}
+
+impl Unit for u8 {
+    fn of(point: u32) -> Self {
+        u8::try_from(point).unwrap_or(0)
+    }
+    #[inline(always)]
+    fn ascii16(block: &[u8; 16], out: &mut [Self]) -> bool {
+        let ascii = block.is_ascii();
+        if let (true, Some(out)) = (ascii, out.get_mut(..16)) {
+            out.copy_from_slice(block);
+        }
+        ascii
+    }
+}
+
+impl Unit for u16 {
+    fn of(point: u32) -> Self {
+        u16::try_from(point).unwrap_or(0)
+    }
+    #[inline(always)]
+    fn ascii16(block: &[u8; 16], out: &mut [Self]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use sse2::*;
+            let (Some(v), Some(out)) = (ascii(block), out.get_mut(..16)) else {
+                return false;
+            };
+            // SAFETY: writes the 16 units (32 bytes) of `out`.
+            unsafe {
+                let zero = _mm_setzero_si128();
+                let dst = out.as_mut_ptr().cast::<__m128i>();
+                _mm_storeu_si128(dst, _mm_unpacklo_epi8(v, zero));
+                _mm_storeu_si128(dst.add(1), _mm_unpackhi_epi8(v, zero));
+            }
+            true
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        widen(block, out)
+    }
+}
+
+impl Unit for u32 {
+    fn of(point: u32) -> Self {
+        point
+    }
+    #[inline(always)]
+    fn ascii16(block: &[u8; 16], out: &mut [Self]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use sse2::*;
+            let (Some(v), Some(out)) = (ascii(block), out.get_mut(..16)) else {
+                return false;
+            };
+            // SAFETY: writes the 16 units (64 bytes) of `out`.
+            unsafe {
+                let zero = _mm_setzero_si128();
+                let (lo, hi) = (_mm_unpacklo_epi8(v, zero), _mm_unpackhi_epi8(v, zero));
+                let dst = out.as_mut_ptr().cast::<__m128i>();
+                _mm_storeu_si128(dst, _mm_unpacklo_epi16(lo, zero));
+                _mm_storeu_si128(dst.add(1), _mm_unpackhi_epi16(lo, zero));
+                _mm_storeu_si128(dst.add(2), _mm_unpacklo_epi16(hi, zero));
+                _mm_storeu_si128(dst.add(3), _mm_unpackhi_epi16(hi, zero));
+            }
+            true
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        widen(block, out)
+    }
+}
+
+/// The portable `ascii16`.
+#[cfg(not(target_arch = "x86_64"))]
+fn widen<T: Copy + From<u8>>(block: &[u8; 16], out: &mut [T]) -> bool {
+    let ascii = block.is_ascii();
+    if let (true, Some(out)) = (ascii, out.get_mut(..16)) {
+        for (unit, &byte) in out.iter_mut().zip(block) {
+            *unit = T::from(byte);
+        }
+    }
+    ascii
+}
+
+/// Write the code points of `text` into `out`: ASCII runs 16 bytes at a time, other code
+/// points decoded from their bytes (`text` is UTF-8, so no byte needs checking). The count
+/// written, or `None` when `out` is too short.
+fn decode<T: Unit>(out: &mut [T], text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let tail = |at: usize| bytes.get(at).map_or(0, |&b| u32::from(b & 0x3f));
+    let (mut i, mut o) = (0, 0);
+    while let Some(&lead) = bytes.get(i) {
+        let (point, len) = match lead {
+            0..=0x7f => {
+                let block = bytes
+                    .get(i..i + 16)
+                    .and_then(|b| <&[u8; 16]>::try_from(b).ok());
+                if let Some(block) = block {
+                    if T::ascii16(block, out.get_mut(o..)?) {
+                        i += 16;
+                        o += 16;
+                        continue;
+                    }
+                }
+                (u32::from(lead), 1)
+            }
+            0x80..=0xdf => (u32::from(lead & 0x1f) << 6 | tail(i + 1), 2),
+            0xe0..=0xef => (
+                u32::from(lead & 0x0f) << 12 | tail(i + 1) << 6 | tail(i + 2),
+                3,
+            ),
+            _ => {
+                let high = u32::from(lead & 0x07) << 18 | tail(i + 1) << 12;
+                (high | tail(i + 2) << 6 | tail(i + 3), 4)
+            }
+        };
+        *out.get_mut(o)? = T::of(point);
+        i += len;
+        o += 1;
+    }
+    Some(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode, Unit};
+
+    fn units<T: Unit + Default>(text: &str) -> Vec<T> {
+        let mut out = vec![T::default(); text.chars().count()];
+        assert_eq!(decode(&mut out, text), Some(out.len()), "{text:?}");
+        out
+    }
+
+    fn points(text: &str) -> Vec<u32> {
+        text.chars().map(u32::from).collect()
+    }
+
+    #[test]
+    fn decodes_every_width_around_the_ascii_blocks() {
+        let ascii = "0123456789abcdef";
+        for text in [
+            "é".to_owned(),
+            format!("{ascii}é"),
+            format!("0123456789abcdeé{ascii}ÿ"),
+            format!("ÿ{ascii}{ascii}x"),
+        ] {
+            let got: Vec<u32> = units::<u8>(&text).into_iter().map(u32::from).collect();
+            assert_eq!(got, points(&text), "{text:?}");
+        }
+        for text in [
+            format!("日本語 and ß then {ascii}{ascii} Ω"),
+            format!("{ascii}\u{800}\u{ffff}\u{100}"),
+        ] {
+            let got: Vec<u32> = units::<u16>(&text).into_iter().map(u32::from).collect();
+            assert_eq!(got, points(&text), "{text:?}");
+        }
+        for text in [
+            format!("😀{ascii}e\u{301}\u{10ffff}\u{80}日"),
+            format!("{ascii}{ascii}🚀"),
+        ] {
+            assert_eq!(units::<u32>(&text), points(&text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_short_buffer_is_refused() {
+        let mut out = [0u32; 3];
+        assert_eq!(decode(&mut out, "abcé"), None);
+        let mut out = [0u16; 20];
+        assert_eq!(decode(&mut out, &"a".repeat(21)), None);
+    }
+}
