@@ -162,7 +162,7 @@ fn run_stats(run: &[u8]) -> (usize, bool) {
 
 /// Offset of the first quote or backslash in `hay` (its length when there is none). Text
 /// between escapes is often a line or less (an escaped newline ends every line of a tool
-/// output), so the first 64 bytes are looked at inline, 16 at a time, before `memchr2` (a call
+/// output), so the first 128 bytes are looked at inline, 16 at a time, before `memchr2` (a call
 /// with a set-up cost that a short run does not repay).
 #[inline(always)]
 fn quote_or_backslash(hay: &[u8]) -> usize {
@@ -173,7 +173,7 @@ fn quote_or_backslash(hay: &[u8]) -> usize {
             _mm_set1_epi8,
         };
         let mut at = 0;
-        while at < 64 {
+        while at < 128 {
             let Some(block) = hay.get(at..at + 16) else {
                 break;
             };
