@@ -107,7 +107,7 @@ impl ParsedSession {
         };
         let out = py.detach(|| pipeline::write(session, &planned, &measured, &config));
         Ok(RenderResult {
-            context: pystr::new_str(py, &out.context)?.unbind(),
+            context: pystr::new_str(py, &out.context, out.total_chars)?.unbind(),
             final_count: out.final_count,
             total_chars: out.total_chars,
             truncated_results: out.counts.truncated,

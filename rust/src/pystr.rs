@@ -7,19 +7,17 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::text::count_chars;
-
-/// `text` as a `str`. ASCII text goes through CPython's own copy; other text is decoded here
-/// into a string of the narrowest kind that holds its widest code point, as CPython would
-/// build it (so it compares equal to any other `str` with the same code points).
-pub fn new_str<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyString>> {
+/// `text`, of `chars` code points, as a `str`. ASCII text goes through CPython's own copy;
+/// other text is decoded here into a string of the narrowest kind that holds its widest code
+/// point, as CPython would build it (so it compares equal to any other `str` with the same
+/// code points). A wrong `chars` costs a second decode by CPython, never a wrong string.
+pub fn new_str<'py>(py: Python<'py>, text: &str, chars: usize) -> PyResult<Bound<'py, PyString>> {
     // The widest lead byte decides the kind: 0xc2-0xc3 start U+0080-U+00FF, up to 0xef the
     // rest of the BMP, 0xf0 and above the astral planes.
     let widest = text.bytes().max().unwrap_or(0);
     if widest < 0x80 {
         return Ok(PyString::new(py, text));
     }
-    let chars = count_chars(text);
     let (maxchar, width): (u32, usize) = match widest {
         0x80..=0xc3 => (0xff, 1),
         0xc4..=0xef => (0xffff, 2),
