@@ -391,6 +391,19 @@ def test_input_values_from_objects(engine, value, detail):
             [{"info": {}, "parts": [{"type": "text", "text": "a\ud800b"}]}],
             "messages[0].parts[0].text",
         ),
+        # in strings of every width, anywhere (the check reads each string in its own layout)
+        (
+            [{"info": {}, "parts": [{"type": "text", "text": "é" * 300 + "\udc00"}]}],
+            "messages[0].parts[0].text",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "text", "text": "漢" * 300 + "\ud800" + "漢"}]}],
+            "messages[0].parts[0].text",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "text", "text": "\udbff" + "😀" * 300}]}],
+            "messages[0].parts[0].text",
+        ),
         ([{"info": {}, "parts": [{"type": "\ud800"}]}], "messages[0].parts[0].type"),
         (
             [{"info": {}, "parts": [{"type": "tool", "tool": "\ud800"}]}],

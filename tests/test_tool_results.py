@@ -525,6 +525,100 @@ def test_cuts_count_code_points_and_never_split_them(fork, unit):
     assert ctx.stats.total_chars == len(ctx.context)
 
 
+# --- non-ASCII results searched in their own width ----------------------------------------------
+# From dicts, a str that is not ASCII is searched in CPython's own layout (one, two or four bytes
+# per character), never converted to UTF-8: these pin the marker and error searches there.
+
+#: one character of each width: Latin-1, the BMP, the astral planes
+WIDE = {"latin1": "ü", "bmp": "漢", "astral": "😀"}
+
+
+@pytest.mark.parametrize("width", list(WIDE))
+@pytest.mark.parametrize("where", ["head", "middle", "tail"])
+def test_error_word_in_a_wide_result_keeps_its_tail(fork, width, where):
+    body = filler(900).replace("0", WIDE[width])
+    at = {"head": 0, "middle": 450, "tail": 890}[where]
+    out = body[:at] + "failed" + body[at + 6 :]
+    config = ForkConfig(tier1_count=0, tier2_count=0)
+    ctx = fork([assistant("msg_1", tool("read", {}, output=out))], config)
+    assert result_lines(ctx.context) == [head_tail(out, 500)]
+    assert (ctx.stats.truncated_results, ctx.stats.head_tail_applied) == (1, 1)
+
+
+@pytest.mark.parametrize("width", list(WIDE))
+def test_wide_result_without_error_word_is_cut_head_only(fork, width):
+    out = filler(900).replace("0", WIDE[width])
+    config = ForkConfig(tier1_count=0, tier2_count=0)
+    ctx = fork([assistant("msg_1", tool("read", {}, output=out))], config)
+    assert result_lines(ctx.context) == [head_only(out, 500)]
+    assert (ctx.stats.truncated_results, ctx.stats.head_tail_applied) == (1, 0)
+
+
+@pytest.mark.parametrize("width", list(WIDE))
+def test_cleared_marker_inside_a_wide_result_counts_as_compacted(fork, width):
+    out = WIDE[width] * 10 + CLEARED + WIDE[width] * 10
+    ctx = fork([assistant("msg_1", tool("read", {}, output=out))])
+    assert result_lines(ctx.context) == [out]
+    assert ctx.stats.compacted_results == 1
+    assert ctx.stats.tier_distribution.tier1 == 0
+
+
+@pytest.mark.parametrize(
+    ("pattern", "output", "found"),
+    [
+        # "é" as two bytes per character is E9 00; here those bytes straddle two characters
+        # (U+E941 then U+4E00: 41 E9 00 4E), which is no match
+        ("é", "\ue941\u4e00" * 300, False),
+        ("é", "\ue941\u4e00" * 150 + "é" + "\u4e00" * 299, True),
+        # a character wider than the text's own can never be in it
+        ("😀", "ü" * 600, False),
+        ("漢字", "x" * 300 + "漢字" + "😀" * 298, True),
+        ("ü", "ü" * 600, True),
+    ],
+    ids=["straddling-bytes", "bmp-pattern", "too-wide", "bmp-in-astral", "latin1"],
+)
+def test_non_ascii_error_patterns_match_whole_characters(fork, pattern, output, found):
+    config = ForkConfig(tier1_count=0, tier2_count=0, error_patterns=(pattern,))
+    ctx = fork([assistant("msg_1", tool("read", {}, output=output))], config)
+    want = head_tail(output, 500) if found else head_only(output, 500)
+    assert result_lines(ctx.context) == [want]
+    assert ctx.stats.head_tail_applied == int(found)
+
+
+@pytest.mark.parametrize("width", list(WIDE))
+def test_non_ascii_cleared_marker_in_a_wide_result(fork, width):
+    marker = "[déjà effacé]"
+    out = WIDE[width] * 5 + marker
+    config = ForkConfig(cleared_marker=marker)
+    ctx = fork([assistant("msg_1", tool("read", {}, output=out))], config)
+    # a Latin-1 marker is found in every width; the text is passed through
+    assert result_lines(ctx.context) == [out]
+    assert ctx.stats.compacted_results == 1
+
+
+def test_a_str_whose_utf8_form_is_cached_renders_the_same(engine):
+    """CPython caches a str's UTF-8 form once asked for it (PyUnicode_AsUTF8): such a str is
+    read through that form instead of its own layout, with the same result."""
+    import ctypes
+
+    from asyncagents import build_fork_context
+
+    as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8
+    as_utf8.argtypes = [ctypes.py_object]
+    as_utf8.restype = ctypes.c_char_p
+    config = ForkConfig(tier1_count=0, tier2_count=0)
+    outs = [filler(900).replace("0", unit) + "failed" for unit in WIDE.values()]
+    plain = [assistant(f"msg_{i}", tool("read", {}, output=o)) for i, o in enumerate(outs)]
+    cached_outs = ["".join(list(o)) for o in outs]  # equal, distinct objects
+    for o in cached_outs:
+        as_utf8(o)
+    cached = [assistant(f"msg_{i}", tool("read", {}, output=o)) for i, o in enumerate(cached_outs)]
+    want = build_fork_context(plain, config, engine=engine)
+    got = build_fork_context(cached, config, engine=engine)
+    assert got == want
+    assert result_lines(got.context) == [head_tail(o, 500) for o in outs]
+
+
 # --- legacy calls: a state without a status ------------------------------------------------------
 
 

@@ -199,6 +199,7 @@ fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let source = Source::Objects {
         owned: src.arena,
         strings: src.strings,
+        wide: src.wide,
         inputs: src.inputs,
     };
     Ok(ParsedSession {

@@ -221,6 +221,7 @@ mod tests {
             source: Source::Objects {
                 owned: arena,
                 strings: Vec::new(),
+                wide: Vec::new(),
                 inputs: Vec::new(),
             },
             messages,
@@ -237,6 +238,7 @@ mod tests {
             source: Source::Objects {
                 owned: doc.to_owned(),
                 strings: Vec::new(),
+                wide: Vec::new(),
                 inputs: Vec::new(),
             },
             messages: reader.messages,

@@ -1,9 +1,10 @@
 //! The internal session: messages reduced to what the pipeline reads. Large strings (texts,
 //! tool outputs, parameters) are spans into source buffers: the caller's JSON bytes/str, kept
-//! alive and never copied, or the caller's Python strings themselves (kept alive, borrowed
-//! through their UTF-8 form) plus a small arena of parameter JSON dumped while walking objects.
+//! alive and never copied, or the caller's Python strings themselves, kept alive: ASCII ones
+//! borrowed as UTF-8, the others in their own layout (`WideStr`), plus a small arena.
 
 use pyo3::pybacked::PyBackedStr;
+use pyo3::types::PyString;
 use pyo3::{Py, PyAny};
 
 use crate::utf8::Utf8Bytes;
@@ -20,8 +21,114 @@ pub enum Source {
     Objects {
         owned: String,
         strings: Vec<PyBackedStr>,
+        /// the strings of the objects that are not ASCII (spans of kind `Wide`)
+        wide: Vec<WideStr>,
         inputs: Vec<Py<PyAny>>,
     },
+}
+
+/// A Python `str` that is not ASCII, kept in its own layout: one, two or four bytes per code
+/// point (PEP 393), each unit one code point. Its UTF-8 form would cost a full encode (and a
+/// copy cached on the object) although most outputs are only searched and counted, never
+/// written: the render encodes just what it writes.
+pub struct WideStr {
+    _owner: Py<PyString>,
+    data: *const u8,
+    units: usize,
+    width: usize,
+}
+
+// SAFETY: `data` points into the `str` that `_owner` keeps alive, whose characters never
+// change after creation; nothing is written through it. Reading it needs no GIL.
+unsafe impl Send for WideStr {}
+// SAFETY: as for `Send`: shared access only ever reads immutable data.
+unsafe impl Sync for WideStr {}
+
+/// The code units of a `WideStr`, by width.
+#[derive(Clone, Copy)]
+pub enum Units<'a> {
+    One(&'a [u8]),
+    Two(&'a [u16]),
+    Four(&'a [u32]),
+}
+
+impl WideStr {
+    /// # Safety
+    /// `data` must be the data of `owner`, a ready compact `str` of `units` code points of
+    /// `width` (1, 2 or 4) bytes each, aligned for its width.
+    pub unsafe fn new(owner: Py<PyString>, data: *const u8, units: usize, width: usize) -> Self {
+        Self {
+            _owner: owner,
+            data,
+            units,
+            width,
+        }
+    }
+
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The units as bytes (native order), for searching.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: see `new`: `units * width` readable bytes, alive as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.data, self.units * self.width) }
+    }
+
+    pub fn units(&self) -> Units<'_> {
+        // SAFETY: see `new`: `units` units of `width` bytes, aligned, alive as long as `self`.
+        unsafe {
+            match self.width {
+                1 => Units::One(std::slice::from_raw_parts(self.data, self.units)),
+                2 => Units::Two(std::slice::from_raw_parts(self.data.cast(), self.units)),
+                _ => Units::Four(std::slice::from_raw_parts(self.data.cast(), self.units)),
+            }
+        }
+    }
+}
+
+impl<'a> Units<'a> {
+    /// Units `from..to` (clamped).
+    pub fn slice(self, from: usize, to: usize) -> Units<'a> {
+        fn cut<T>(units: &[T], from: usize, to: usize) -> &[T] {
+            let to = to.min(units.len());
+            units.get(from.min(to)..to).unwrap_or(&[])
+        }
+        match self {
+            Units::One(u) => Units::One(cut(u, from, to)),
+            Units::Two(u) => Units::Two(cut(u, from, to)),
+            Units::Four(u) => Units::Four(cut(u, from, to)),
+        }
+    }
+
+    pub fn len(self) -> usize {
+        match self {
+            Units::One(u) => u.len(),
+            Units::Two(u) => u.len(),
+            Units::Four(u) => u.len(),
+        }
+    }
+
+    /// Append the code points as UTF-8. Units that are not a code point (never: the walk
+    /// refuses strings with lone surrogates) become U+FFFD.
+    pub fn push_to(self, out: &mut String) {
+        fn push<T: Copy + Into<u32>>(units: &[T], out: &mut String) {
+            out.reserve(units.len());
+            for &unit in units {
+                match u8::try_from(unit.into()) {
+                    Ok(byte) if byte < 0x80 => out.push(char::from(byte)),
+                    _ => {
+                        out.push(char::from_u32(unit.into()).unwrap_or(char::REPLACEMENT_CHARACTER))
+                    }
+                }
+            }
+        }
+        match self {
+            Units::One(u) => push(u, out),
+            Units::Two(u) => push(u, out),
+            Units::Four(u) => push(u, out),
+        }
+    }
 }
 
 impl Source {
@@ -49,6 +156,9 @@ pub enum SpanKind {
     Escaped,
     /// The inside of a JSON string literal with `\uXXXX` escapes.
     EscapedUnicode,
+    /// A walked Python string that is not ASCII: `buf` indexes `Source::Objects::wide`,
+    /// `start..end` are code points (all of it).
+    Wide,
     /// A JSON value as written in the document (`state.input` from bytes/str).
     RawJson,
     /// A `state.input` of walked objects, checked but not dumped: `start` indexes
@@ -234,12 +344,25 @@ impl Session {
         self.parts.get(message.parts.clone()).unwrap_or(&[])
     }
 
-    /// The raw bytes of a span (for Escaped: still escaped).
+    /// The raw bytes of a span (for Escaped: still escaped; empty for Wide, see `wide`).
     pub fn raw(&self, span: Span) -> &str {
+        if span.kind == SpanKind::Wide {
+            return "";
+        }
         self.source
             .text(span.buf)
             .get(span.start..span.end)
             .unwrap_or("")
+    }
+
+    /// The Python string of a `Wide` span.
+    pub fn wide(&self, span: Span) -> Option<&WideStr> {
+        match &self.source {
+            Source::Objects { wide, .. } if span.kind == SpanKind::Wide => {
+                wide.get(span.buf as usize)
+            }
+            _ => None,
+        }
     }
 }
 

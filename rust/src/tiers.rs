@@ -5,7 +5,7 @@
 //! the results that are cut and whose tool name or status does not already decide the cut.
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::sync::{Arc, Mutex};
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
@@ -13,7 +13,7 @@ use memchr::memmem;
 
 use crate::config::Config;
 use crate::json::unescape::{inside_escape, unescape};
-use crate::session::{Part, Session, Span, SpanKind};
+use crate::session::{Part, Session, Span, SpanKind, Units};
 use crate::text::{count_chars, head_only_len, head_tail_len, head_tail_sizes};
 
 /// How a result renders.
@@ -77,16 +77,31 @@ fn haystack(session: &Session, span: Span, needles_escapable: bool) -> (Cow<'_, 
 /// A search: the first match `(start, pattern)` in a haystack at or after an offset.
 type Find<'f> = &'f dyn Fn(&[u8], usize) -> Option<(usize, usize)>;
 
+/// Which match starts are matches of the text.
+#[derive(Clone, Copy)]
+enum Starts {
+    All,
+    /// not inside a JSON escape (a raw literal)
+    OutsideEscapes,
+    /// on a unit boundary (a Python string of this many bytes per code point)
+    Aligned(usize),
+}
+
 /// The first match `(start, pattern)` of `find` at or after `from` that is a match of the text.
 fn next_match(
     hay: &[u8],
-    skip_escapes: bool,
+    starts: Starts,
     mut from: usize,
     find: Find<'_>,
 ) -> Option<(usize, usize)> {
     loop {
         let found = find(hay, from)?;
-        if !skip_escapes || !inside_escape(hay, found.0) {
+        let real = match starts {
+            Starts::All => true,
+            Starts::OutsideEscapes => !inside_escape(hay, found.0),
+            Starts::Aligned(width) => found.0 % width == 0,
+        };
+        if real {
             return Some(found);
         }
         from = found.0 + 1;
@@ -100,103 +115,188 @@ struct Found {
     error: bool,
 }
 
-/// The searches of stage 2, built once per render (the automatons only when needed).
-struct Needles<'c> {
-    config: &'c Config,
-    marker: memmem::Finder<'c>,
-    marker_chars: usize,
-    marker_escapable: bool,
-    errors: OnceCell<Option<Arc<AhoCorasick>>>,
-    errors_escapable: bool,
-    /// the cleared marker (pattern 0) and the error patterns, and their automaton
-    both: OnceCell<(Vec<String>, Option<Arc<AhoCorasick>>)>,
+/// The needles written in one encoding of the searched text: UTF-8, or the units of Python
+/// strings of one width (a needle with a code point too wide for it cannot occur there).
+struct Encoded {
+    /// the cleared marker, when it can occur
+    marker: Option<memmem::Finder<'static>>,
+    /// the error patterns that can occur, and their automaton
+    errors: (Vec<Vec<u8>>, Option<Arc<AhoCorasick>>),
+    /// the marker (pattern 0, when it can occur) and the error patterns, and their automaton
+    both: (Vec<Vec<u8>>, Option<Arc<AhoCorasick>>),
 }
 
-impl<'c> Needles<'c> {
-    fn new(config: &'c Config) -> Self {
+impl Encoded {
+    fn new(config: &Config, encode: impl Fn(&str) -> Option<Vec<u8>>) -> Self {
+        let marker = encode(&config.cleared_marker);
+        let errors: Vec<Vec<u8>> = config
+            .error_patterns
+            .iter()
+            .filter_map(|p| encode(p))
+            .collect();
+        let mut both = Vec::with_capacity(errors.len() + 1);
+        both.extend(marker.clone());
+        both.extend(errors.iter().cloned());
+        let errors_automaton = automaton(&errors);
+        let both_automaton = automaton(&both);
         Self {
-            config,
-            marker: memmem::Finder::new(config.cleared_marker.as_bytes()),
-            marker_chars: count_chars(&config.cleared_marker),
-            marker_escapable: escapable(&config.cleared_marker),
-            errors: OnceCell::new(),
-            errors_escapable: config.error_patterns.iter().any(|p| escapable(p)),
-            both: OnceCell::new(),
+            marker: marker.map(|m| memmem::Finder::new(&m).into_owned()),
+            errors: (errors, errors_automaton),
+            both: (both, both_automaton),
         }
     }
 
     fn find_marker(&self, hay: &[u8], from: usize) -> Option<(usize, usize)> {
-        self.marker
+        let finder = self.marker.as_ref()?;
+        finder
             .find(hay.get(from..).unwrap_or(&[]))
             .map(|at| (at + from, 0))
     }
 
-    /// Search one result for the cleared marker (unless it is too short to hold it) and, when
-    /// `errors`, for an error pattern: in one pass when both are searched.
-    fn search(&self, session: &Session, span: Span, errors: bool) -> Found {
-        let marker = span.chars >= self.marker_chars;
+    /// Search for the marker (when `marker`) and an error pattern (when `errors`): in one
+    /// pass when both are searched.
+    fn search(&self, hay: &[u8], starts: Starts, marker: bool, errors: bool) -> Found {
+        let marker = marker && self.marker.is_some();
+        let find_marker = |hay: &[u8], from| self.find_marker(hay, from);
         match (marker, errors) {
             (false, false) => Found::default(),
-            (true, false) => {
-                let (hay, skip) = haystack(session, span, self.marker_escapable);
-                let find = |hay: &[u8], from| self.find_marker(hay, from);
-                Found {
-                    cleared: next_match(&hay, skip, 0, &find).is_some(),
-                    error: false,
-                }
-            }
+            (true, false) => Found {
+                cleared: next_match(hay, starts, 0, &find_marker).is_some(),
+                error: false,
+            },
             (false, true) => {
-                let (hay, skip) = haystack(session, span, self.errors_escapable);
-                let automaton = self
-                    .errors
-                    .get_or_init(|| automaton(&self.config.error_patterns));
-                let find =
-                    |hay: &[u8], from| find_any(automaton, &self.config.error_patterns, hay, from);
+                let (patterns, automaton) = &self.errors;
+                let find = |hay: &[u8], from| find_any(automaton, patterns, hay, from);
                 Found {
                     cleared: false,
-                    error: next_match(&hay, skip, 0, &find).is_some(),
+                    error: next_match(hay, starts, 0, &find).is_some(),
                 }
             }
             (true, true) => {
-                let escapable = self.marker_escapable || self.errors_escapable;
-                let (hay, skip) = haystack(session, span, escapable);
-                let (patterns, automaton) = self.both.get_or_init(|| {
-                    let patterns = self.both_patterns();
-                    let automaton = automaton(&patterns);
-                    (patterns, automaton)
-                });
+                let (patterns, automaton) = &self.both;
                 let find = |hay: &[u8], from| find_any(automaton, patterns, hay, from);
-                match next_match(&hay, skip, 0, &find) {
+                match next_match(hay, starts, 0, &find) {
                     None => Found::default(),
                     // Leftmost-first: a marker starting where an error word does wins.
                     Some((_, 0)) => Found {
                         cleared: true,
                         error: false,
                     },
-                    Some((at, _)) => {
-                        let find = |hay: &[u8], from| self.find_marker(hay, from);
-                        Found {
-                            cleared: next_match(&hay, skip, at + 1, &find).is_some(),
-                            error: true,
-                        }
-                    }
+                    Some((at, _)) => Found {
+                        cleared: next_match(hay, starts, at + 1, &find_marker).is_some(),
+                        error: true,
+                    },
                 }
             }
         }
     }
+}
 
-    fn both_patterns(&self) -> Vec<String> {
-        let mut patterns = Vec::with_capacity(self.config.error_patterns.len() + 1);
-        patterns.push(self.config.cleared_marker.clone());
-        patterns.extend(self.config.error_patterns.iter().cloned());
-        patterns
+/// `needle` in the units of a Python string `width` bytes wide (native order), or `None`
+/// when one of its code points needs more.
+fn encode_units(needle: &str, width: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(needle.len() * width);
+    for c in needle.chars() {
+        let point = u32::from(c);
+        match width {
+            1 => out.push(u8::try_from(point).ok()?),
+            2 => out.extend(u16::try_from(point).ok()?.to_ne_bytes()),
+            _ => out.extend(point.to_ne_bytes()),
+        }
+    }
+    Some(out)
+}
+
+/// `units` one byte per code point: ASCII as itself, anything wider as a byte that is not
+/// ASCII. An ASCII needle matches there exactly where it matches the text (a vectorized pass,
+/// far cheaper than a search for needles padded with zero bytes, which occur everywhere).
+fn narrow(units: Units<'_>, out: &mut Vec<u8>) {
+    out.clear();
+    match units {
+        Units::One(u) => out.extend_from_slice(u),
+        Units::Two(u) => out.extend(u.iter().map(|&unit| unit.min(0xff) as u8)),
+        Units::Four(u) => out.extend(u.iter().map(|&unit| unit.min(0xff) as u8)),
+    }
+}
+
+/// The searches of stage 2, built once per render (each encoding only when needed).
+struct Needles<'c> {
+    config: &'c Config,
+    marker_chars: usize,
+    marker_escapable: bool,
+    errors_escapable: bool,
+    /// every needle is ASCII (the default): Python strings are searched narrowed
+    ascii: bool,
+    utf8: OnceCell<Encoded>,
+    /// for Python strings of 1, 2 and 4 bytes per code point, when a needle is not ASCII
+    wide: [OnceCell<Encoded>; 3],
+    /// the narrowed units of the Python string being searched
+    narrowed: RefCell<Vec<u8>>,
+}
+
+impl<'c> Needles<'c> {
+    fn new(config: &'c Config) -> Self {
+        Self {
+            config,
+            marker_chars: count_chars(&config.cleared_marker),
+            marker_escapable: escapable(&config.cleared_marker),
+            errors_escapable: config.error_patterns.iter().any(|p| escapable(p)),
+            ascii: config.cleared_marker.is_ascii()
+                && config.error_patterns.iter().all(|p| p.is_ascii()),
+            utf8: OnceCell::new(),
+            wide: [OnceCell::new(), OnceCell::new(), OnceCell::new()],
+            narrowed: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Search one result for the cleared marker (unless it is too short to hold it) and, when
+    /// `errors`, for an error pattern.
+    fn search(&self, session: &Session, span: Span, errors: bool) -> Found {
+        let marker = span.chars >= self.marker_chars;
+        if !marker && !errors {
+            return Found::default();
+        }
+        if let Some(wide) = session.wide(span) {
+            if self.ascii {
+                let encoded = self.utf8();
+                if wide.width() == 1 {
+                    // Latin-1: its bytes are the code points, only ASCII ones match
+                    return encoded.search(wide.bytes(), Starts::All, marker, errors);
+                }
+                let mut narrowed = self.narrowed.borrow_mut();
+                narrow(wide.units(), &mut narrowed);
+                return encoded.search(&narrowed, Starts::All, marker, errors);
+            }
+            let width = wide.width();
+            let slot = match width {
+                1 => 0,
+                2 => 1,
+                _ => 2,
+            };
+            let encoded = self.wide[slot]
+                .get_or_init(|| Encoded::new(self.config, |n| encode_units(n, width)));
+            return encoded.search(wide.bytes(), Starts::Aligned(width), marker, errors);
+        }
+        let escapable = (marker && self.marker_escapable) || (errors && self.errors_escapable);
+        let (hay, skip) = haystack(session, span, escapable);
+        let starts = if skip {
+            Starts::OutsideEscapes
+        } else {
+            Starts::All
+        };
+        self.utf8().search(&hay, starts, marker, errors)
+    }
+
+    fn utf8(&self) -> &Encoded {
+        self.utf8
+            .get_or_init(|| Encoded::new(self.config, |n| Some(n.as_bytes().to_vec())))
     }
 }
 
 /// The first match `(start, pattern index)` at or after `from`.
 fn find_any(
     automaton: &Option<Arc<AhoCorasick>>,
-    patterns: &[String],
+    patterns: &[Vec<u8>],
     hay: &[u8],
     from: usize,
 ) -> Option<(usize, usize)> {
@@ -209,7 +309,7 @@ fn find_any(
             .iter()
             .enumerate()
             .filter_map(|(n, p)| {
-                memmem::find(hay.get(from..).unwrap_or(&[]), p.as_bytes()).map(|at| (at + from, n))
+                memmem::find(hay.get(from..).unwrap_or(&[]), p).map(|at| (at + from, n))
             })
             .min(),
     }
@@ -217,11 +317,19 @@ fn find_any(
 
 /// The automatons of the last pattern lists, kept between renders (building one costs more
 /// than a small session's whole render).
-static AUTOMATONS: Mutex<Vec<(Vec<String>, Arc<AhoCorasick>)>> = Mutex::new(Vec::new());
+type Automatons = Vec<(Vec<Vec<u8>>, Arc<AhoCorasick>)>;
+static AUTOMATONS: Mutex<Automatons> = Mutex::new(Vec::new());
+
+/// Pattern lists kept: errors and marker-and-errors, in UTF-8 and in the three widths.
+const AUTOMATONS_KEPT: usize = 8;
 
 /// A leftmost-first automaton (so its SIMD prefilter, Teddy, runs; only the first match
 /// matters), contiguous NFA (built in microseconds; the prefilter does the searching).
-fn automaton(patterns: &[String]) -> Option<Arc<AhoCorasick>> {
+/// `None` for no patterns (nothing to find) or when it cannot be built.
+fn automaton(patterns: &[Vec<u8>]) -> Option<Arc<AhoCorasick>> {
+    if patterns.is_empty() {
+        return None;
+    }
     let mut cache = AUTOMATONS.lock().ok();
     if let Some(cache) = cache.as_deref() {
         if let Some((_, automaton)) = cache.iter().find(|(p, _)| p.as_slice() == patterns) {
@@ -236,8 +344,7 @@ fn automaton(patterns: &[String]) -> Option<Arc<AhoCorasick>> {
             .ok()?,
     );
     if let Some(cache) = cache.as_deref_mut() {
-        // the two lists of the last config (errors; marker and errors), and one more
-        if cache.len() >= 3 {
+        if cache.len() >= AUTOMATONS_KEPT {
             cache.remove(0);
         }
         cache.push((patterns.to_vec(), Arc::clone(&automaton)));

@@ -99,6 +99,26 @@ impl Out for Write<'_> {
     fn result(&mut self, session: &Session, plan: &ResultPlan, config: &Config) {
         let span = plan.text;
         let chars = span.chars;
+        if let Some(wide) = session.wide(span) {
+            // one unit per code point: the cuts are index ranges
+            let units = wide.units();
+            match plan.cut {
+                Cut::Full => units.push_to(self.0),
+                Cut::Marker => self.0.push_str(&config.cleared_marker),
+                Cut::HeadOnly { limit } => {
+                    units.slice(0, limit).push_to(self.0);
+                    push_head_only_marker(chars.saturating_sub(limit), self.0);
+                }
+                Cut::HeadTail { head, tail } => {
+                    units.slice(0, head).push_to(self.0);
+                    push_head_tail_marker(chars.saturating_sub(head + tail), self.0);
+                    units
+                        .slice(chars.saturating_sub(tail), chars)
+                        .push_to(self.0);
+                }
+            }
+            return;
+        }
         let raw = session.raw(span);
         let escaped = span.is_escaped();
         match plan.cut {
@@ -121,6 +141,10 @@ impl Out for Write<'_> {
 
 /// The whole text of a Plain/Escaped span, appended (decoded straight into `out`).
 fn push_text(session: &Session, span: Span, out: &mut String) {
+    if let Some(wide) = session.wide(span) {
+        wide.units().push_to(out);
+        return;
+    }
     let raw = session.raw(span);
     if span.is_escaped() {
         push_from(raw, 0, out);

@@ -16,7 +16,7 @@ use super::{Field, Kind, PartType, Source};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
-use crate::session::{SmallStr, Span, SpanKind};
+use crate::session::{SmallStr, Span, SpanKind, WideStr};
 
 /// A list or a tuple, read in place.
 pub enum Seq<'py> {
@@ -70,8 +70,10 @@ pub struct PySource<'py> {
     adopt_budget: u32,
     /// buffer 0 of the session: strings past the last buffer number, copied
     pub arena: String,
-    /// buffers 1.. of the session: the long strings of the objects, kept alive
+    /// buffers 1.. of the session: the long ASCII strings of the objects, kept alive
     pub strings: Vec<PyBackedStr>,
+    /// the long strings of the objects that are not ASCII, in their own layout
+    pub wide: Vec<WideStr>,
     /// the checked `state.input` values, kept alive for the render
     pub inputs: Vec<Py<PyAny>>,
 }
@@ -126,6 +128,7 @@ impl<'py> PySource<'py> {
             adopt_budget: ADOPT_DICTS,
             arena: String::new(),
             strings: Vec::new(),
+            wide: Vec::new(),
             inputs: Vec::new(),
         }
     }
@@ -247,6 +250,22 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn long(&mut self, s: Bound<'py, PyString>, loc: Loc, key: &str) -> Result<Span, Failure> {
+        if let Some(wide) = wide_str(&s) {
+            if !surrogate_free(&s) {
+                return Err(lone_surrogate(loc, key));
+            }
+            let chars = wide.units().len();
+            if let Ok(buf) = u32::try_from(self.wide.len()) {
+                self.wide.push(wide);
+                return Ok(Span {
+                    start: 0,
+                    end: chars,
+                    chars,
+                    kind: SpanKind::Wide,
+                    buf,
+                });
+            }
+        }
         let chars = s.len()?;
         let backed = PyBackedStr::try_from(s).map_err(|_| lone_surrogate(loc, key))?;
         let len = backed.len();
@@ -310,6 +329,41 @@ fn ascii_text<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a str> {
     }
 }
 
+/// A string that is not ASCII, kept in its own layout (see `WideStr`); `None` for ASCII
+/// strings, for strings whose UTF-8 form CPython has cached already, and for strings not in
+/// the compact form (instances of `str` subclasses, 3.11's legacy strings): those are read as
+/// UTF-8.
+fn wide_str(s: &Bound<'_, PyString>) -> Option<WideStr> {
+    let ptr = s.as_ptr();
+    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL). A ready compact string
+    // that is not ASCII stores `len` units of `kind` bytes right after its header, aligned,
+    // never changed after creation; `WideStr` keeps the object alive.
+    unsafe {
+        #[cfg(not(Py_3_12))]
+        if ffi::PyUnicode_IS_READY(ptr) == 0 {
+            return None;
+        }
+        if ffi::PyUnicode_IS_ASCII(ptr) != 0 || ffi::PyUnicode_IS_COMPACT(ptr) == 0 {
+            return None;
+        }
+        // Its UTF-8 form was made already (and so it has no lone surrogate): use that.
+        if !(*ptr.cast::<ffi::PyCompactUnicodeObject>()).utf8.is_null() {
+            return None;
+        }
+        let units = usize::try_from(ffi::PyUnicode_GET_LENGTH(ptr)).ok()?;
+        let width = match ffi::PyUnicode_KIND(ptr) {
+            ffi::PyUnicode_1BYTE_KIND => 1,
+            ffi::PyUnicode_2BYTE_KIND => 2,
+            _ => 4,
+        };
+        let data = ffi::PyUnicode_DATA(ptr).cast::<u8>().cast_const();
+        if data.align_offset(width) != 0 {
+            return None;
+        }
+        Some(WideStr::new(s.clone().unbind(), data, units, width))
+    }
+}
+
 /// Whether a Python string has no lone surrogate, without converting it: ASCII and Latin-1
 /// strings cannot have one; wider ones are scanned in their own code units.
 fn surrogate_free(s: &Bound<'_, PyString>) -> bool {
@@ -334,11 +388,19 @@ fn surrogate_free(s: &Bound<'_, PyString>) -> bool {
             ffi::PyUnicode_1BYTE_KIND => true,
             ffi::PyUnicode_2BYTE_KIND => {
                 let units = std::slice::from_raw_parts(data.cast::<u16>(), len);
-                !units.iter().any(|&u| (0xD800..0xE000).contains(&u))
+                !units.chunks(256).any(|block| {
+                    block
+                        .iter()
+                        .fold(false, |seen, &u| seen | (u & 0xf800 == 0xd800))
+                })
             }
             _ => {
                 let units = std::slice::from_raw_parts(data.cast::<u32>(), len);
-                !units.iter().any(|&u| (0xD800..0xE000).contains(&u))
+                !units.chunks(256).any(|block| {
+                    block
+                        .iter()
+                        .fold(false, |seen, &u| seen | (u & 0xffff_f800 == 0xd800))
+                })
             }
         }
     }
