@@ -596,6 +596,27 @@ def test_non_ascii_cleared_marker_in_a_wide_result(fork, width):
     assert ctx.stats.compacted_results == 1
 
 
+#: wide strings are searched 32 Ki characters at a time: needles across the seams
+SEAM = 32 * 1024
+
+
+@pytest.mark.parametrize("offset", [SEAM - len(CLEARED), SEAM - 20, SEAM - 1, SEAM, SEAM + 1])
+def test_cleared_marker_anywhere_in_a_long_wide_result(fork, offset):
+    out = "😀" * offset + CLEARED + "😀" * 50
+    ctx = fork([assistant("msg_1", tool("read", {}, output=out))])
+    assert result_lines(ctx.context) == [out]
+    assert ctx.stats.compacted_results == 1
+
+
+@pytest.mark.parametrize("offset", [SEAM - 6, SEAM - 3, SEAM - 1, SEAM, 2 * SEAM - 2])
+def test_error_word_anywhere_in_a_long_wide_result(fork, offset):
+    out = "漢" * offset + "failed" + "漢" * 600
+    config = ForkConfig(tier1_count=0, tier2_count=0)
+    ctx = fork([assistant("msg_1", tool("read", {}, output=out))], config)
+    assert result_lines(ctx.context) == [head_tail(out, 500)]
+    assert ctx.stats.head_tail_applied == 1
+
+
 def test_a_str_whose_utf8_form_is_cached_renders_the_same(engine):
     """CPython caches a str's UTF-8 form once asked for it (PyUnicode_AsUTF8): such a str is
     read through that form instead of its own layout, with the same result."""

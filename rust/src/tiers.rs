@@ -230,9 +230,14 @@ struct Needles<'c> {
     utf8: OnceCell<Encoded>,
     /// for Python strings of 1, 2 and 4 bytes per code point, when a needle is not ASCII
     wide: [OnceCell<Encoded>; 3],
-    /// the narrowed units of the Python string being searched
+    /// the narrowed units of the Python string being searched (one block)
     narrowed: RefCell<Vec<u8>>,
+    /// the longest needle in characters, less one: the overlap of narrowed blocks
+    overlap: usize,
 }
+
+/// Characters narrowed and searched at a time (the narrowed block stays in the L1/L2 cache).
+const NARROW_BLOCK: usize = 32 * 1024;
 
 impl<'c> Needles<'c> {
     fn new(config: &'c Config) -> Self {
@@ -246,6 +251,12 @@ impl<'c> Needles<'c> {
             utf8: OnceCell::new(),
             wide: [OnceCell::new(), OnceCell::new(), OnceCell::new()],
             narrowed: RefCell::new(Vec::new()),
+            overlap: std::iter::once(&config.cleared_marker)
+                .chain(&config.error_patterns)
+                .map(|needle| count_chars(needle))
+                .max()
+                .unwrap_or(0)
+                .saturating_sub(1),
         }
     }
 
@@ -263,9 +274,7 @@ impl<'c> Needles<'c> {
                     // Latin-1: its bytes are the code points, only ASCII ones match
                     return encoded.search(wide.bytes(), Starts::All, marker, errors);
                 }
-                let mut narrowed = self.narrowed.borrow_mut();
-                narrow(wide.units(), &mut narrowed);
-                return encoded.search(&narrowed, Starts::All, marker, errors);
+                return self.search_narrowed(encoded, wide.units(), marker, errors);
             }
             let width = wide.width();
             let slot = match width {
@@ -285,6 +294,47 @@ impl<'c> Needles<'c> {
             Starts::All
         };
         self.utf8().search(&hay, starts, marker, errors)
+    }
+
+    /// `Encoded::search` over `units` narrowed a block at a time, so the narrowed text stays
+    /// in cache; consecutive blocks overlap by a needle's length, less one.
+    fn search_narrowed(
+        &self,
+        encoded: &Encoded,
+        units: Units<'_>,
+        mut marker: bool,
+        mut errors: bool,
+    ) -> Found {
+        let mut narrowed = self.narrowed.borrow_mut();
+        let mut found = Found::default();
+        let total = units.len();
+        let mut at = 0;
+        while marker || errors {
+            let end = total.min(at + NARROW_BLOCK);
+            narrow(
+                units.slice(at.saturating_sub(self.overlap), end),
+                &mut narrowed,
+            );
+            let here = encoded.search(&narrowed, Starts::All, marker, errors);
+            if here.cleared {
+                // the text passes through as it is: whether it has an error word is moot
+                return Found {
+                    cleared: true,
+                    error: false,
+                };
+            }
+            if here.error {
+                found.error = true;
+                errors = false;
+            }
+            if end == total {
+                break;
+            }
+            // a marker too long for what is left cannot start in it
+            marker = marker && total - end + self.overlap >= self.marker_chars;
+            at = end;
+        }
+        found
     }
 
     fn utf8(&self) -> &Encoded {
