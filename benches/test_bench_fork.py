@@ -7,6 +7,9 @@
 - ``fork-cold-{shape}``: the Rust engine at 2,000 and 20,000 messages with every cache level
   emptied before each call (an untimed write over a buffer far larger than the last-level
   cache), as a server meets a fork between other work: the 20k/2k scaling target.
+- ``fork-fresh-{shape}-{n}``: from dicts, each call on a list of dicts parsed for it (untimed
+  ``json.loads`` before each round), as a server gets the messages of each fork: nothing the
+  previous call left on the objects (CPython caches a str's UTF-8 form once asked) helps.
 - ``fork-memory-{shape}``: peak RSS growth of the Rust bytes path in a fresh subprocess
   (``VmHWM``), recorded in ``extra_info`` (its time is that of the subprocess, not a result).
 - ``fork-fixed``: a 10-message session, the fixed cost of one call.
@@ -21,6 +24,7 @@ Cases run shape by shape and size by size, so each generated session is built on
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,6 +40,9 @@ from plain_fork import plain_fork
 SMOKE = os.environ.get("ASYNCAGENTS_BENCH_SMOKE") == "1"
 SIZES = [200] if SMOKE else [200, 2_000, 20_000]
 COLD_SIZES = [200] if SMOKE else [2_000, 20_000]
+FRESH_SIZES = [200] if SMOKE else [200, 2_000]
+#: rounds on fresh objects per size: the Rust engine, the Python ones
+FRESH_ROUNDS = {200: (30, 15), 2_000: (12, 6)}
 #: rounds per size: the Rust engine, the Python ones (reference and yardstick), cold Rust
 ROUNDS = {200: (50, 20, 0), 2_000: (20, 10, 10), 20_000: (5, 3, 5)}
 ENGINES = ("rust", "python", "plain")
@@ -77,6 +84,13 @@ def _cases() -> list[Any]:
                     cases.append(
                         pytest.param(
                             shape, n, engine, form, "hot", id=f"{shape}-{n}-{engine}-{form}"
+                        )
+                    )
+            if n in FRESH_SIZES:
+                for engine in ENGINES:
+                    cases.append(
+                        pytest.param(
+                            shape, n, engine, "dicts", "fresh", id=f"{shape}-{n}-{engine}-fresh"
                         )
                     )
             if n in COLD_SIZES:
@@ -129,7 +143,18 @@ def test_fork(benchmark, evict, shape, messages, engine, form, cache):
         _measure_memory(benchmark, session_bytes(messages, shape))
         return
     rust_rounds, python_rounds, cold_rounds = ROUNDS[messages]
-    if cache == "cold":
+    if cache == "fresh":
+        benchmark.group = f"fork-fresh-{shape}-{messages}"
+        raw = session_bytes(messages, shape)
+        rust_fresh, python_fresh = FRESH_ROUNDS[messages]
+        rounds = 2 if SMOKE else rust_fresh if engine == "rust" else python_fresh
+        text, count = benchmark.pedantic(
+            _run,
+            setup=lambda: ((engine, json.loads(raw)), {}),
+            rounds=rounds,
+            iterations=1,
+        )
+    elif cache == "cold":
         benchmark.group = f"fork-cold-{shape}"
         rounds = 2 if SMOKE else cold_rounds
         text, count = benchmark.pedantic(
