@@ -1,9 +1,10 @@
 //! Python dicts and lists as a `Source`, walked in place (no JSON round trip). Types are probed
 //! with `cast`; keys are interned, then replaced by the caller's own key objects as the first
-//! dicts show them (a lookup with the stored key object matches on identity). Long strings are never copied: the session keeps the Python
-//! strings alive and borrows their UTF-8 form, and their length in code points is Python's own
-//! (O(1)). `state.input` is checked here and kept; it is dumped (`params.rs`) only when a
-//! render shows it.
+//! dicts show them (a lookup with the stored key object matches on identity). Long strings are
+//! never copied: the session keeps the Python strings alive, ASCII ones read as the UTF-8 they
+//! are, the others in their own layout (`WideStr`, checked for lone surrogates here), and
+//! their length in code points is Python's own (O(1)). `state.input` is checked here and kept;
+//! it is dumped (`params.rs`) only when a render shows it.
 
 use pyo3::ffi;
 use pyo3::intern;
