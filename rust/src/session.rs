@@ -109,17 +109,34 @@ impl<'a> Units<'a> {
         }
     }
 
-    /// Append the code points as UTF-8. Units that are not a code point (never: the walk
+    /// Append the code points as UTF-8: ASCII runs narrowed a block at a time, the other
+    /// code points encoded one by one. Units that are not a code point (never: the walk
     /// refuses strings with lone surrogates) become U+FFFD.
     pub fn push_to(self, out: &mut String) {
         fn push<T: Copy + Into<u32>>(units: &[T], out: &mut String) {
-            out.reserve(units.len());
-            for &unit in units {
-                match u8::try_from(unit.into()) {
-                    Ok(byte) if byte < 0x80 => out.push(char::from(byte)),
-                    _ => {
-                        out.push(char::from_u32(unit.into()).unwrap_or(char::REPLACEMENT_CHARACTER))
+            let ascii = |u: &T| (*u).into() < 0x80;
+            // SAFETY: only whole UTF-8 sequences are appended (ASCII bytes, or what
+            // `char::encode_utf8` writes), so `out` stays UTF-8.
+            let bytes = unsafe { out.as_mut_vec() };
+            bytes.reserve(units.len());
+            let mut i = 0;
+            while i < units.len() {
+                let start = i;
+                while let Some(block) = units.get(i..i + 16) {
+                    if block.iter().fold(0u32, |seen, &u| seen | u.into()) >= 0x80 {
+                        break;
                     }
+                    i += 16;
+                }
+                i += units
+                    .get(i..)
+                    .map_or(0, |rest| rest.iter().take_while(|u| ascii(u)).count());
+                let run = units.get(start..i).unwrap_or(&[]);
+                bytes.extend(run.iter().map(|&u| u.into() as u8));
+                if let Some(&unit) = units.get(i) {
+                    let c = char::from_u32(unit.into()).unwrap_or(char::REPLACEMENT_CHARACTER);
+                    bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+                    i += 1;
                 }
             }
         }
