@@ -27,6 +27,9 @@ def error_of(data: Any, engine: str) -> ForkInputError:
     return err
 
 
+LONE = "contains a lone surrogate"
+
+
 def check(data: Any, engine: str, path: str, detail: str) -> None:
     err = error_of(data, engine)
     assert (err.path, err.detail) == (path, detail)
@@ -441,6 +444,21 @@ def test_input_values_from_objects(engine, value, detail):
 )
 def test_lone_surrogates_in_read_strings_from_objects(engine, doc, path):
     check(doc, engine, path, "contains a lone surrogate")
+
+
+@pytest.mark.parametrize("wide", ["é", "漢", "😀"])
+def test_first_fault_wins_between_a_lone_surrogate_and_a_later_wrong_type(engine, wide):
+    bad_text = {"info": {}, "parts": [{"type": "text", "text": wide * 50 + "\ud800"}]}
+    wrong_type = {"info": {"role": 7}, "parts": []}
+    fine = {"info": {}, "parts": [{"type": "text", "text": wide * 50}]}
+    check([fine, bad_text, wrong_type], engine, "messages[1].parts[0].text", LONE)
+    check([fine, wrong_type, bad_text], engine, "messages[1].info.role", "expected a string")
+    # within one tool part: the output is read before the time
+    part = {
+        "type": "tool",
+        "state": {"status": "completed", "output": wide + "\udfff", "time": {"compacted": "x"}},
+    }
+    check([{"info": {}, "parts": [part]}], engine, "messages[0].parts[0].state.output", LONE)
 
 
 def test_lone_surrogate_in_unread_field_from_objects_is_fine(engine):

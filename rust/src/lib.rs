@@ -195,7 +195,11 @@ fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let list = message_list(messages)?;
     let mut src = PySource::new(messages.py());
     let (mut out, mut parts) = (Vec::new(), Vec::new());
-    read_messages(&mut src, &list, &mut out, &mut parts)?;
+    let walked = read_messages(&mut src, &list, &mut out, &mut parts);
+    // lone surrogates in the strings kept in their own layout are checked after the walk;
+    // they all precede where it stopped, so their fault, if any, is the one to report
+    src.check_deferred()?;
+    walked?;
     let source = Source::Objects {
         owned: src.arena,
         strings: src.strings,

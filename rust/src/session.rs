@@ -75,6 +75,11 @@ impl WideStr {
         unsafe { std::slice::from_raw_parts(self.data, self.units * self.width) }
     }
 
+    /// No unit is a lone surrogate (a Python `str` may hold one; UTF-8 cannot).
+    pub fn surrogate_free(&self) -> bool {
+        !self.units().has_surrogate()
+    }
+
     pub fn units(&self) -> Units<'_> {
         // SAFETY: see `new`: `units` units of `width` bytes, aligned, alive as long as `self`.
         unsafe {
@@ -98,6 +103,24 @@ impl<'a> Units<'a> {
             Units::One(u) => Units::One(cut(u, from, to)),
             Units::Two(u) => Units::Two(cut(u, from, to)),
             Units::Four(u) => Units::Four(cut(u, from, to)),
+        }
+    }
+
+    /// Whether a unit is in U+D800..U+DFFF: blocks folded without an early exit, so the
+    /// compiler vectorizes the scan.
+    pub fn has_surrogate(self) -> bool {
+        match self {
+            Units::One(_) => false,
+            Units::Two(u) => u.chunks(256).any(|block| {
+                block
+                    .iter()
+                    .fold(false, |seen, &u| seen | (u & 0xf800 == 0xd800))
+            }),
+            Units::Four(u) => u.chunks(256).any(|block| {
+                block
+                    .iter()
+                    .fold(false, |seen, &u| seen | (u & 0xffff_f800 == 0xd800))
+            }),
         }
     }
 

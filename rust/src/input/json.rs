@@ -144,7 +144,7 @@ impl Source for JsonSource<'_> {
         })
     }
 
-    fn long(&mut self, s: Str, _: Loc, _: &str) -> Result<Span, InputError> {
+    fn long(&mut self, s: Str, _: Loc, _: &'static str) -> Result<Span, InputError> {
         let kind = if s.unicode {
             SpanKind::EscapedUnicode
         } else if s.escaped {

@@ -120,7 +120,7 @@ pub trait Source: Sized {
     /// A part's `type`, without copying it.
     fn part_type(&mut self, s: Self::Str, loc: Loc) -> Result<PartType, Self::Error>;
     /// A long string (text, output), kept where it is, with its length in code points.
-    fn long(&mut self, s: Self::Str, loc: Loc, key: &str) -> Result<Span, Self::Error>;
+    fn long(&mut self, s: Self::Str, loc: Loc, key: &'static str) -> Result<Span, Self::Error>;
     /// `state.input` when present (a present `null` included): checked and kept for dumping.
     fn input(&mut self, state: &Self::Object, loc: Loc) -> Result<Option<Span>, Self::Error>;
 }

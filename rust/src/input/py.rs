@@ -17,7 +17,7 @@ use super::{Field, Kind, PartType, Source};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
-use crate::session::{SmallStr, Span, SpanKind, WideStr};
+use crate::session::{SmallStr, Span, SpanKind, Units, WideStr};
 
 /// A list or a tuple, read in place.
 pub enum Seq<'py> {
@@ -75,6 +75,8 @@ pub struct PySource<'py> {
     pub strings: Vec<PyBackedStr>,
     /// the long strings of the objects that are not ASCII, in their own layout
     pub wide: Vec<WideStr>,
+    /// `wide` strings not checked for lone surrogates yet: index, where, key
+    deferred: Vec<(usize, Loc, &'static str)>,
     /// the checked `state.input` values, kept alive for the render
     pub inputs: Vec<Py<PyAny>>,
 }
@@ -130,8 +132,22 @@ impl<'py> PySource<'py> {
             arena: String::new(),
             strings: Vec::new(),
             wide: Vec::new(),
+            deferred: Vec::new(),
             inputs: Vec::new(),
         }
+    }
+
+    /// Check the long strings kept in their own layout for lone surrogates, in walk order.
+    /// Run after the walk, stopped or not: scanning them one after another, instead of between
+    /// the walk's reads of small objects, keeps those objects in cache. All of them come before
+    /// any point the walk stopped at, so the first fault found here is the first of the input.
+    pub fn check_deferred(&mut self) -> Result<(), Failure> {
+        for (index, loc, key) in self.deferred.drain(..) {
+            if self.wide.get(index).is_some_and(|w| !w.surrogate_free()) {
+                return Err(lone_surrogate(loc, key));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -250,11 +266,15 @@ impl<'py> Source for PySource<'py> {
         Ok(PartType::of(text))
     }
 
-    fn long(&mut self, s: Bound<'py, PyString>, loc: Loc, key: &str) -> Result<Span, Failure> {
+    fn long(
+        &mut self,
+        s: Bound<'py, PyString>,
+        loc: Loc,
+        key: &'static str,
+    ) -> Result<Span, Failure> {
         if let Some(wide) = wide_str(&s) {
-            if !surrogate_free(&s) {
-                return Err(lone_surrogate(loc, key));
-            }
+            // the lone surrogate check waits for the end of the walk (see `check_deferred`)
+            self.deferred.push((self.wide.len(), loc, key));
             let chars = wide.units().len();
             if let Ok(buf) = u32::try_from(self.wide.len()) {
                 self.wide.push(wide);
@@ -385,25 +405,12 @@ fn surrogate_free(s: &Bound<'_, PyString>) -> bool {
             return false;
         };
         let data = ffi::PyUnicode_DATA(ptr);
-        match ffi::PyUnicode_KIND(ptr) {
-            ffi::PyUnicode_1BYTE_KIND => true,
-            ffi::PyUnicode_2BYTE_KIND => {
-                let units = std::slice::from_raw_parts(data.cast::<u16>(), len);
-                !units.chunks(256).any(|block| {
-                    block
-                        .iter()
-                        .fold(false, |seen, &u| seen | (u & 0xf800 == 0xd800))
-                })
-            }
-            _ => {
-                let units = std::slice::from_raw_parts(data.cast::<u32>(), len);
-                !units.chunks(256).any(|block| {
-                    block
-                        .iter()
-                        .fold(false, |seen, &u| seen | (u & 0xffff_f800 == 0xd800))
-                })
-            }
-        }
+        let units = match ffi::PyUnicode_KIND(ptr) {
+            ffi::PyUnicode_1BYTE_KIND => return true,
+            ffi::PyUnicode_2BYTE_KIND => Units::Two(std::slice::from_raw_parts(data.cast(), len)),
+            _ => Units::Four(std::slice::from_raw_parts(data.cast(), len)),
+        };
+        !units.has_surrogate()
     }
 }
 
