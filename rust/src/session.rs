@@ -54,13 +54,17 @@ pub enum Units<'a> {
 
 impl WideStr {
     /// # Safety
-    /// `data` must be the data of `owner`, a ready compact `str` of `units` code points of
-    /// `width` (1, 2 or 4) bytes each, aligned for its width.
-    pub unsafe fn new(owner: Py<PyString>, data: *const u8, units: usize, width: usize) -> Self {
+    /// `units` must be the code units of `owner` (a `str`, which never changes them).
+    pub unsafe fn new(owner: Py<PyString>, units: Units<'_>) -> Self {
+        let (data, count, width) = match units {
+            Units::One(u) => (u.as_ptr(), u.len(), 1),
+            Units::Two(u) => (u.as_ptr().cast::<u8>(), u.len(), 2),
+            Units::Four(u) => (u.as_ptr().cast::<u8>(), u.len(), 4),
+        };
         Self {
             _owner: owner,
             data,
-            units,
+            units: count,
             width,
         }
     }
@@ -71,7 +75,8 @@ impl WideStr {
 
     /// The units as bytes (native order), for searching.
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: see `new`: `units * width` readable bytes, alive as long as `self`.
+        // SAFETY: see `new`: `units * width` readable bytes (the units of a slice), alive as
+        // long as `_owner`, which `self` holds.
         unsafe { std::slice::from_raw_parts(self.data, self.units * self.width) }
     }
 
@@ -81,7 +86,8 @@ impl WideStr {
     }
 
     pub fn units(&self) -> Units<'_> {
-        // SAFETY: see `new`: `units` units of `width` bytes, aligned, alive as long as `self`.
+        // SAFETY: see `new`: `units` units of `width` bytes, aligned (they were a slice), alive
+        // as long as `_owner`, which `self` holds.
         unsafe {
             match self.width {
                 1 => Units::One(std::slice::from_raw_parts(self.data, self.units)),

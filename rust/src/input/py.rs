@@ -327,26 +327,53 @@ impl<'py> Source for PySource<'py> {
     }
 }
 
-/// The text of an ASCII `str`, read in place without a call: a compact ASCII string stores
-/// its characters, which are their own UTF-8, right after its header. `None` for other strings.
-fn ascii_text<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a str> {
+/// A `str` read in place: its text when it is ASCII (its characters are their own UTF-8),
+/// else its code units (one, two or four bytes each, per its kind).
+enum Layout<'a> {
+    Ascii(&'a str),
+    Units(Units<'a>),
+}
+
+/// `None` for a 3.11 legacy string not made ready, or (never seen) data not aligned for its
+/// width.
+fn layout<'a>(s: &'a Bound<'_, PyString>) -> Option<Layout<'a>> {
     let ptr = s.as_ptr();
-    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL), never changed after
-    // creation. A ready compact ASCII string's data is its `len` ASCII bytes, valid while the
-    // object lives, which `s` (borrowed for `'a`) guarantees.
+    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL). A ready string's data
+    // is `len` code units of `kind` bytes each (ASCII bytes when the ASCII flag is set), never
+    // changed after creation, alive while the object is, which `s` (borrowed for `'a`)
+    // guarantees; the alignment is checked.
     unsafe {
         #[cfg(not(Py_3_12))]
         if ffi::PyUnicode_IS_READY(ptr) == 0 {
             return None;
         }
-        if ffi::PyUnicode_IS_COMPACT_ASCII(ptr) == 0 {
-            return None;
-        }
         let len = usize::try_from(ffi::PyUnicode_GET_LENGTH(ptr)).ok()?;
-        let data = ffi::PyUnicode_DATA(ptr).cast::<u8>();
-        Some(std::str::from_utf8_unchecked(std::slice::from_raw_parts(
-            data, len,
-        )))
+        let data = ffi::PyUnicode_DATA(ptr).cast::<u8>().cast_const();
+        Some(match ffi::PyUnicode_KIND(ptr) {
+            ffi::PyUnicode_1BYTE_KIND => {
+                let bytes = std::slice::from_raw_parts(data, len);
+                if ffi::PyUnicode_IS_ASCII(ptr) != 0 {
+                    Layout::Ascii(std::str::from_utf8_unchecked(bytes))
+                } else {
+                    Layout::Units(Units::One(bytes))
+                }
+            }
+            ffi::PyUnicode_2BYTE_KIND if data.align_offset(2) == 0 => {
+                Layout::Units(Units::Two(std::slice::from_raw_parts(data.cast(), len)))
+            }
+            ffi::PyUnicode_4BYTE_KIND if data.align_offset(4) == 0 => {
+                Layout::Units(Units::Four(std::slice::from_raw_parts(data.cast(), len)))
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// The text of an ASCII `str`, read in place without a call. `None` for other strings.
+fn ascii_text<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a str> {
+    match layout(s)? {
+        Layout::Ascii(text) => Some(text),
+        Layout::Units(_) => None,
     }
 }
 
@@ -356,61 +383,33 @@ fn ascii_text<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a str> {
 /// UTF-8.
 fn wide_str(s: &Bound<'_, PyString>) -> Option<WideStr> {
     let ptr = s.as_ptr();
-    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL). A ready compact string
-    // that is not ASCII stores `len` units of `kind` bytes right after its header, aligned,
-    // never changed after creation; `WideStr` keeps the object alive.
-    unsafe {
-        #[cfg(not(Py_3_12))]
-        if ffi::PyUnicode_IS_READY(ptr) == 0 {
-            return None;
-        }
-        if ffi::PyUnicode_IS_ASCII(ptr) != 0 || ffi::PyUnicode_IS_COMPACT(ptr) == 0 {
-            return None;
-        }
-        // Its UTF-8 form was made already (and so it has no lone surrogate): use that.
-        if !(*ptr.cast::<ffi::PyCompactUnicodeObject>()).utf8.is_null() {
-            return None;
-        }
-        let units = usize::try_from(ffi::PyUnicode_GET_LENGTH(ptr)).ok()?;
-        let width = match ffi::PyUnicode_KIND(ptr) {
-            ffi::PyUnicode_1BYTE_KIND => 1,
-            ffi::PyUnicode_2BYTE_KIND => 2,
-            _ => 4,
-        };
-        let data = ffi::PyUnicode_DATA(ptr).cast::<u8>().cast_const();
-        if data.align_offset(width) != 0 {
-            return None;
-        }
-        Some(WideStr::new(s.clone().unbind(), data, units, width))
+    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL). A compact string that
+    // is not ASCII is a `PyCompactUnicodeObject` (an ASCII one is not: it is checked first),
+    // whose `utf8` field is set once CPython has made its UTF-8 form (so it has no lone
+    // surrogate): then that form is read instead.
+    let read_as_utf8 = unsafe {
+        ffi::PyUnicode_IS_ASCII(ptr) != 0
+            || ffi::PyUnicode_IS_COMPACT(ptr) == 0
+            || !(*ptr.cast::<ffi::PyCompactUnicodeObject>()).utf8.is_null()
+    };
+    if read_as_utf8 {
+        return None;
+    }
+    match layout(s)? {
+        Layout::Ascii(_) => None,
+        // SAFETY: the units are `s`'s own, and the `WideStr` keeps `s` alive.
+        Layout::Units(units) => Some(unsafe { WideStr::new(s.clone().unbind(), units) }),
     }
 }
 
 /// Whether a Python string has no lone surrogate, without converting it: ASCII and Latin-1
-/// strings cannot have one; wider ones are scanned in their own code units.
+/// strings cannot have one; wider ones are scanned in their own code units (a legacy string
+/// not made ready: by the conversion).
 fn surrogate_free(s: &Bound<'_, PyString>) -> bool {
-    let ptr = s.as_ptr();
-    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL). On 3.10 and 3.11 a
-    // legacy string may not be "ready" (its canonical form not built): then the conversion
-    // below decides. A ready string's data is `len` code units of `kind` bytes each, never
-    // changed after creation.
-    unsafe {
-        #[cfg(not(Py_3_12))]
-        if ffi::PyUnicode_IS_READY(ptr) == 0 {
-            return s.to_str().is_ok();
-        }
-        if ffi::PyUnicode_IS_ASCII(ptr) != 0 {
-            return true;
-        }
-        let Ok(len) = usize::try_from(ffi::PyUnicode_GET_LENGTH(ptr)) else {
-            return false;
-        };
-        let data = ffi::PyUnicode_DATA(ptr);
-        let units = match ffi::PyUnicode_KIND(ptr) {
-            ffi::PyUnicode_1BYTE_KIND => return true,
-            ffi::PyUnicode_2BYTE_KIND => Units::Two(std::slice::from_raw_parts(data.cast(), len)),
-            _ => Units::Four(std::slice::from_raw_parts(data.cast(), len)),
-        };
-        !units.has_surrogate()
+    match layout(s) {
+        Some(Layout::Ascii(_)) => true,
+        Some(Layout::Units(units)) => !units.has_surrogate(),
+        None => s.to_str().is_ok(),
     }
 }
 
