@@ -119,6 +119,12 @@ def verdict(value: float | None, ok: Callable[[float], bool], text: str) -> str:
     return f"**met** ({text})" if ok(value) else f"**not met** ({text})"
 
 
+def against_reference(r: Results, shape: str, n: int, form: str, cache: str = "hot") -> list[str]:
+    """Cells: Rust's median, the reference's, and the reference over Rust."""
+    rust, ref = r.get(shape, n, "rust", form, cache), r.get(shape, n, "python", form, cache)
+    return [fmt_time(rust), fmt_time(ref), fmt_ratio(ratio(ref, rust))]
+
+
 def timing_table(r: Results) -> str:
     lines = [
         "| shape | messages | input | Rust, dicts | reference, dicts | ref / Rust"
@@ -131,8 +137,7 @@ def timing_table(r: Results) -> str:
                 continue
             row = [f"`{shape}`", f"{n:,}", f"{r.input_bytes[shape, n] / 1e6:.1f} MB"]
             for form in ("dicts", "bytes"):
-                rust, ref = r.get(shape, n, "rust", form), r.get(shape, n, "python", form)
-                row += [fmt_time(rust), fmt_time(ref), fmt_ratio(ratio(ref, rust))]
+                row += against_reference(r, shape, n, form)
             row += [fmt_time(r.get(shape, n, "plain", form)) for form in ("dicts", "bytes")]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -145,12 +150,10 @@ def fresh_table(r: Results) -> str:
     ]
     for shape in r.shapes():
         for n in SIZES:
-            rust = r.get(shape, n, "rust", "dicts", "fresh")
-            ref = r.get(shape, n, "python", "dicts", "fresh")
-            if rust is None and ref is None:
+            cells = against_reference(r, shape, n, "dicts", "fresh")
+            if cells[:2] == ["-", "-"]:
                 continue
-            plain = r.get(shape, n, "plain", "dicts", "fresh")
-            cells = [fmt_time(rust), fmt_time(ref), fmt_ratio(ratio(ref, rust)), fmt_time(plain)]
+            cells.append(fmt_time(r.get(shape, n, "plain", "dicts", "fresh")))
             lines.append(f"| `{shape}` | {n:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
