@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from asyncagents.service import begin_drain, create_app
-from asyncagents.tasks import InMemoryTaskStore, InProcessBackend, TaskManager, TaskManagerConfig
+from asyncagents.tasks import InMemoryTaskStore, InProcessBackend, TaskManager
 from dash_support import TOKEN, Script
-from inprocess_fixtures import parent
+from inprocess_fixtures import CONFIG, parent
 from starlette.applications import Starlette
 
 __all__ = ["parent"]  # a fixture shared with the task tests
@@ -29,9 +29,7 @@ def backend(script: Script) -> InProcessBackend:
 
 @pytest.fixture
 async def manager(backend: InProcessBackend) -> AsyncIterator[TaskManager]:
-    store = InMemoryTaskStore()
-    config = TaskManagerConfig(poll_interval=0.2, notice_retry_initial=0.05, wake="never")
-    async with TaskManager(backend, store, config) as mgr:
+    async with TaskManager(backend, InMemoryTaskStore(), CONFIG) as mgr:
         await asyncio.wait_for(mgr.events.connected.wait(), 5)
         yield mgr
 
