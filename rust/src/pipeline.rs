@@ -167,7 +167,7 @@ pub fn write(
             let chars = count_chars(&text);
             if chars > limit {
                 let (h, t) = head_tail_sizes(limit, config.head_ratio, config.tail_ratio);
-                cut_head_tail(&text, chars, h, t, &mut context);
+                cut_head_tail(text.as_str(), chars, h, t, &mut context);
             } else {
                 context.push_str(&text);
             }

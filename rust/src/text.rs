@@ -142,17 +142,39 @@ pub fn head_tail_len(chars: usize, head: usize, tail: usize) -> usize {
     head + tail + HEAD_TAIL_FRAME + digits(chars.saturating_sub(head + tail))
 }
 
+/// A text that can be cut: its first or last `n` code points, appended. A `str`; the render
+/// also cuts escaped JSON literals and Python strings in their own layout (`transcript.rs`).
+pub trait Cuttable {
+    fn push_prefix(&self, n: usize, out: &mut String);
+    fn push_suffix(&self, n: usize, out: &mut String);
+}
+
+impl Cuttable for str {
+    fn push_prefix(&self, n: usize, out: &mut String) {
+        out.push_str(char_prefix(self, n));
+    }
+    fn push_suffix(&self, n: usize, out: &mut String) {
+        out.push_str(char_suffix(self, n));
+    }
+}
+
 /// `text[:limit] + marker`; `chars` is `len(text)`, more than `limit`.
-pub fn cut_head_only(text: &str, chars: usize, limit: usize, out: &mut String) {
-    out.push_str(char_prefix(text, limit));
+pub fn cut_head_only<T: Cuttable + ?Sized>(text: &T, chars: usize, limit: usize, out: &mut String) {
+    text.push_prefix(limit, out);
     push_head_only_marker(chars.saturating_sub(limit), out);
 }
 
 /// `text[:head] + marker + text[len-tail:]`; `chars` is `len(text)`.
-pub fn cut_head_tail(text: &str, chars: usize, head: usize, tail: usize, out: &mut String) {
-    out.push_str(char_prefix(text, head));
+pub fn cut_head_tail<T: Cuttable + ?Sized>(
+    text: &T,
+    chars: usize,
+    head: usize,
+    tail: usize,
+    out: &mut String,
+) {
+    text.push_prefix(head, out);
     push_head_tail_marker(chars.saturating_sub(head + tail), out);
-    out.push_str(char_suffix(text, tail));
+    text.push_suffix(tail, out);
 }
 
 /// `[Error: {name}] {message}`; an empty or absent name is `Error`, an empty message is left out.
@@ -207,13 +229,13 @@ mod tests {
     fn cuts_match_the_contract() {
         let text: String = "😀".repeat(10) + &"漢".repeat(10);
         let mut out = String::new();
-        cut_head_only(&text, 20, 5, &mut out);
+        cut_head_only(text.as_str(), 20, 5, &mut out);
         assert_eq!(out, "😀😀😀😀😀\n...[truncated 15 chars]...");
         assert_eq!(count_chars(&out), head_only_len(20, 5));
         let (h, t) = head_tail_sizes(10, 0.8, 0.2);
         assert_eq!((h, t), (8, 2));
         let mut out = String::new();
-        cut_head_tail(&text, 20, h, t, &mut out);
+        cut_head_tail(text.as_str(), 20, h, t, &mut out);
         assert_eq!(
             out,
             format!("{}\n...[truncated 10 chars]...\n漢漢", "😀".repeat(8))
@@ -228,7 +250,7 @@ mod tests {
     fn combining_marks_count_as_their_own_code_points() {
         let text = "e\u{301}".repeat(5);
         let mut out = String::new();
-        cut_head_only(&text, 10, 3, &mut out);
+        cut_head_only(text.as_str(), 10, 3, &mut out);
         assert_eq!(out, "e\u{301}e\n...[truncated 7 chars]...");
     }
 

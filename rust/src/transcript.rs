@@ -6,13 +6,10 @@ use std::borrow::Cow;
 
 use crate::config::Config;
 use crate::json::dump::Limited;
-use crate::json::unescape::{push_from, push_prefix, push_suffix};
+use crate::json::unescape;
 use crate::params::Params;
-use crate::session::{Message, Part, Session, Span, ToolCall};
-use crate::text::{
-    char_prefix, count_chars, cut_head_only, cut_head_tail, push_head_only_marker,
-    push_head_tail_marker,
-};
+use crate::session::{Message, Part, Session, Span, ToolCall, Units};
+use crate::text::{char_prefix, count_chars, cut_head_only, cut_head_tail, Cuttable};
 use crate::tiers::{Cut, ResultPlan};
 
 pub const RESULT_HEADER: &str = "[Tool result]\n";
@@ -83,7 +80,7 @@ impl Out for Write<'_> {
         self.0.push_str(s);
     }
     fn span(&mut self, session: &Session, span: Span) {
-        push_text(session, span, self.0);
+        Stored::of(session, span).push_all(self.0);
     }
     fn preview(&mut self, session: &Session, params: &Params, input: Span, limit: usize) {
         let mut taken = String::new();
@@ -97,59 +94,64 @@ impl Out for Write<'_> {
         }
     }
     fn result(&mut self, session: &Session, plan: &ResultPlan, config: &Config) {
-        let span = plan.text;
-        let chars = span.chars;
-        if let Some(wide) = session.wide(span) {
-            // one unit per code point: the cuts are index ranges
-            let units = wide.units();
-            match plan.cut {
-                Cut::Full => units.push_to(self.0),
-                Cut::Marker => self.0.push_str(&config.cleared_marker),
-                Cut::HeadOnly { limit } => {
-                    units.slice(0, limit).push_to(self.0);
-                    push_head_only_marker(chars.saturating_sub(limit), self.0);
-                }
-                Cut::HeadTail { head, tail } => {
-                    units.slice(0, head).push_to(self.0);
-                    push_head_tail_marker(chars.saturating_sub(head + tail), self.0);
-                    units
-                        .slice(chars.saturating_sub(tail), chars)
-                        .push_to(self.0);
-                }
-            }
-            return;
-        }
-        let raw = session.raw(span);
-        let escaped = span.is_escaped();
+        let text = Stored::of(session, plan.text);
+        let chars = plan.text.chars;
         match plan.cut {
-            Cut::Full => push_text(session, span, self.0),
+            Cut::Full => text.push_all(self.0),
             Cut::Marker => self.0.push_str(&config.cleared_marker),
-            Cut::HeadOnly { limit } if escaped => {
-                push_prefix(raw, limit, self.0);
-                push_head_only_marker(chars.saturating_sub(limit), self.0);
-            }
-            Cut::HeadOnly { limit } => cut_head_only(raw, chars, limit, self.0),
-            Cut::HeadTail { head, tail } if escaped => {
-                push_prefix(raw, head, self.0);
-                push_head_tail_marker(chars.saturating_sub(head + tail), self.0);
-                push_suffix(raw, tail, self.0);
-            }
-            Cut::HeadTail { head, tail } => cut_head_tail(raw, chars, head, tail, self.0),
+            Cut::HeadOnly { limit } => cut_head_only(&text, chars, limit, self.0),
+            Cut::HeadTail { head, tail } => cut_head_tail(&text, chars, head, tail, self.0),
         }
     }
 }
 
-/// The whole text of a Plain/Escaped span, appended (decoded straight into `out`).
-fn push_text(session: &Session, span: Span, out: &mut String) {
-    if let Some(wide) = session.wide(span) {
-        wide.units().push_to(out);
-        return;
+/// A span's text as the session holds it: plain UTF-8, the inside of an escaped JSON
+/// literal (decoded straight into the output), or a Python string in its own layout (one unit
+/// per code point: its cuts are index ranges).
+enum Stored<'a> {
+    Plain(&'a str),
+    Escaped(&'a str),
+    Wide(Units<'a>),
+}
+
+impl<'a> Stored<'a> {
+    fn of(session: &'a Session, span: Span) -> Self {
+        if let Some(wide) = session.wide(span) {
+            return Stored::Wide(wide.units());
+        }
+        let raw = session.raw(span);
+        if span.is_escaped() {
+            Stored::Escaped(raw)
+        } else {
+            Stored::Plain(raw)
+        }
     }
-    let raw = session.raw(span);
-    if span.is_escaped() {
-        push_from(raw, 0, out);
-    } else {
-        out.push_str(raw);
+
+    fn push_all(&self, out: &mut String) {
+        match self {
+            Stored::Plain(text) => out.push_str(text),
+            Stored::Escaped(raw) => unescape::push_from(raw, 0, out),
+            Stored::Wide(units) => units.push_to(out),
+        }
+    }
+}
+
+impl Cuttable for Stored<'_> {
+    fn push_prefix(&self, n: usize, out: &mut String) {
+        match self {
+            Stored::Plain(text) => text.push_prefix(n, out),
+            Stored::Escaped(raw) => unescape::push_prefix(raw, n, out),
+            Stored::Wide(units) => units.slice(0, n).push_to(out),
+        }
+    }
+    fn push_suffix(&self, n: usize, out: &mut String) {
+        match self {
+            Stored::Plain(text) => text.push_suffix(n, out),
+            Stored::Escaped(raw) => unescape::push_suffix(raw, n, out),
+            Stored::Wide(units) => units
+                .slice(units.len().saturating_sub(n), units.len())
+                .push_to(out),
+        }
     }
 }
 
