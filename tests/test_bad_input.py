@@ -8,8 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from asyncagents import ForkInputError, build_fork_context
-from fork_builders import block, framed
+from asyncagents import ForkConfig, ForkInputError, _core, build_fork_context
+from fork_builders import assistant, block, compaction, framed, tool, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -459,6 +459,91 @@ def test_first_fault_wins_between_a_lone_surrogate_and_a_later_wrong_type(engine
         "state": {"status": "completed", "output": wide + "\udfff", "time": {"compacted": "x"}},
     }
     check([{"info": {}, "parts": [part]}], engine, "messages[0].parts[0].state.output", LONE)
+
+
+# The Rust engine checks the non-ASCII strings of walked objects for lone surrogates in its first
+# render: those its searches narrow in that same pass, the others after (docs/pipeline-contract.md).
+# Whichever way a string is checked, the first fault in walk order is the one reported.
+
+CLEARED = "[Old tool result content cleared]"
+#: characters the render narrows at a time (`NARROW_BLOCK` in rust/src/tiers.rs)
+NARROW_BLOCK = 32 * 1024
+
+
+def _output(value: str, name: str = "read") -> dict[str, Any]:
+    return {"info": {"role": "assistant"}, "parts": [tool(name, {}, output=value)]}
+
+
+def _text(value: str) -> dict[str, Any]:
+    return {"info": {"role": "user"}, "parts": [{"type": "text", "text": value}]}
+
+
+OUTPUT = "messages[{}].parts[0].state.output"
+TEXT = "messages[{}].parts[0].text"
+
+
+@pytest.mark.parametrize("wide", ["\u0100", "漢", "😀"])
+@pytest.mark.parametrize(
+    "at",
+    [0, 1, NARROW_BLOCK - 40, NARROW_BLOCK - 1, NARROW_BLOCK, NARROW_BLOCK + 17, 3 * NARROW_BLOCK],
+)
+def test_lone_surrogate_anywhere_in_a_searched_output(engine, wide, at):
+    value = wide * at + "\udc00" + wide * 50
+    check([_output(value)], engine, OUTPUT.format(0), LONE)
+    # with the cleared marker or an error word first, the searches stop early: the check does not
+    check([_output(CLEARED + value)], engine, OUTPUT.format(0), LONE)
+    check([_output("error: " + value)], engine, OUTPUT.format(0), LONE)
+    # a bash output is cut head+tail without searching for error words
+    check([_output(value, name="bash")], engine, OUTPUT.format(0), LONE)
+
+
+@pytest.mark.parametrize("wide", ["\u0100", "😀"])
+def test_first_lone_surrogate_in_walk_order_between_searched_and_unsearched_strings(engine, wide):
+    searched = _output(wide * 5000 + "\ud800")  # a tier-1 output: searched for the marker
+    unsearched = _text(wide * 10 + "\udfff")  # a text is never searched
+    fine = _output(wide * 5000)
+    check([fine, unsearched, searched], engine, TEXT.format(1), LONE)
+    check([fine, searched, unsearched], engine, OUTPUT.format(1), LONE)
+    # an output too short to hold the marker, within its limit: not searched either
+    short = _output(wide * 3 + "\ud800")
+    check([fine, short, searched], engine, OUTPUT.format(1), LONE)
+    check([searched, short], engine, OUTPUT.format(0), LONE)
+
+
+def test_lone_surrogate_in_a_message_compaction_drops(engine):
+    dropped = _output("😀" * 3000 + "\ud800")
+    marker = user("msg_c", compaction())
+    summary = assistant("msg_s", {"type": "text", "text": "summary"}, parent="msg_c", summary=True)
+    after = _output("😀" * 3000)
+    check([dropped, marker, summary, after], engine, OUTPUT.format(0), LONE)
+    assert build_fork_context([marker, summary, after], engine=engine).stats.final_count == 2
+
+
+def test_lone_surrogate_with_needles_that_are_not_ascii(engine):
+    config = ForkConfig(error_patterns=("エラー",), cleared_marker="[消去済み]")
+    doc = [_output("漢" * 5000 + "エラー" + "\udfff")]
+    with pytest.raises(ForkInputError) as info:
+        build_fork_context(doc, config, engine=engine)
+    assert (info.value.path, info.value.detail) == (OUTPUT.format(0), LONE)
+
+
+def test_walked_session_with_a_lone_surrogate_fails_every_render():
+    session = _core.from_objects([_output("漢" * 100), _output("😀" * 5000 + "\ud800")])
+    for _ in range(2):
+        with pytest.raises(ForkInputError) as info:
+            session.render([0, 1], ForkConfig())
+        assert (info.value.path, info.value.detail) == (OUTPUT.format(1), LONE)
+        # the fault is in the session, not in what a render keeps
+        with pytest.raises(ForkInputError):
+            session.render([0], ForkConfig())
+
+
+def test_walked_session_renders_the_same_twice():
+    session = _core.from_objects([_output("漢" * 100), _output("😀" * 5000 + "error")])
+    first, second = (session.render([0, 1], ForkConfig()) for _ in range(2))
+    assert first.context == second.context
+    assert first.head_tail_applied == second.head_tail_applied == 0
+    assert first.tier1 == second.tier1 == 2
 
 
 def test_lone_surrogate_in_unread_field_from_objects_is_fine(engine):

@@ -13,7 +13,11 @@ _Summary = tuple[int, str | None]
 
 @final
 class ParsedSession:
-    """A parsed and checked session; its large strings stay in the input buffer."""
+    """A parsed and checked session; its large strings stay in the input buffer.
+
+    From `from_objects`, the check of non-ASCII strings for lone surrogates is left to the
+    first `render`, which reads them anyway: it raises `ForkInputError` for the first one.
+    """
 
     def __len__(self) -> int: ...
     def compaction_view(self) -> tuple[int, list[_Marker], list[_Summary]]: ...

@@ -31,7 +31,7 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use crate::config::Config;
 use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
 use crate::input::{json::JsonReader, py::PySource, py::Seq, read_messages};
-use crate::session::{Session, Source};
+use crate::session::{Session, Source, SurrogateCheck};
 use crate::utf8::Utf8Bytes;
 
 /// A parsed and checked session, ready to render.
@@ -94,7 +94,7 @@ impl ParsedSession {
             )));
         }
         let session = &self.session;
-        let planned = py.detach(|| pipeline::plan(session, &kept, &config));
+        let planned = py.detach(|| pipeline::plan(session, &kept, &config))?;
         let measured = match &session.source {
             // dumping parameters reads Python objects: with the GIL
             Source::Objects { inputs, .. } => {
@@ -189,21 +189,24 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
 }
 
 /// Check and read a list of message dicts (or an export document), walking the Python objects
-/// directly.
+/// directly. Non-ASCII strings are checked for lone surrogates by the first render, which reads
+/// them anyway (see `SurrogateCheck`).
 #[pyfunction(name = "from_objects")]
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let list = message_list(messages)?;
     let mut src = PySource::new(messages.py());
     let (mut out, mut parts) = (Vec::new(), Vec::new());
-    let walked = read_messages(&mut src, &list, &mut out, &mut parts);
-    // lone surrogates in the strings kept in their own layout are checked after the walk;
-    // they all precede where it stopped, so their fault, if any, is the one to report
-    src.check_deferred()?;
-    walked?;
+    if let Err(fault) = read_messages(&mut src, &list, &mut out, &mut parts) {
+        // the strings kept in their own layout all precede where the walk stopped: a lone
+        // surrogate in one of them is the first fault
+        src.first_lone_surrogate()?;
+        return Err(fault.into());
+    }
     let source = Source::Objects {
         owned: src.arena,
         strings: src.strings,
         wide: src.wide,
+        surrogates: SurrogateCheck::new(src.unchecked),
         inputs: src.inputs,
     };
     Ok(ParsedSession {

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use crate::budget::{fit, frame_len, Fit, CLOSE, OPEN};
 use crate::config::Config;
-use crate::errors::Failure;
+use crate::errors::{Failure, InputError};
 #[cfg(test)]
 use crate::params::NoObjects;
 use crate::params::{DumpInput, Params};
@@ -35,18 +35,28 @@ pub struct Planned<'s> {
     counts: Counts,
 }
 
-/// Stage 2: the kept messages and their result plans.
-pub fn plan<'s>(session: &'s Session, kept: &[usize], config: &Config) -> Planned<'s> {
-    let (plans, counts) = plan_results(session, kept, config);
+/// Stage 2: the kept messages and their result plans. For walked objects, the first render
+/// also finishes their lone surrogate check (`SurrogateCheck`), a fault in any message failing
+/// it as the walk would have.
+pub fn plan<'s>(
+    session: &'s Session,
+    kept: &[usize],
+    config: &Config,
+) -> Result<Planned<'s>, InputError> {
+    if let Some(Err(fault)) = session.surrogates().and_then(|c| c.outcome()) {
+        return Err(fault.clone());
+    }
+    let (plans, counts, verdicts) = plan_results(session, kept, config);
+    session.check_surrogates(&verdicts)?;
     let messages = kept
         .iter()
         .filter_map(|&m| session.messages.get(m))
         .collect();
-    Planned {
+    Ok(Planned {
         messages,
         plans,
         counts,
-    }
+    })
 }
 
 /// Which messages survive, from their sizes (measured from the newest only as far as needed).
@@ -190,7 +200,7 @@ pub fn write(
 /// Render the kept messages of a session read from JSON (no Python objects to dump).
 #[cfg(test)]
 pub fn run(session: &Session, kept: &[usize], config: &Config) -> Result<Rendered, Failure> {
-    let planned = plan(session, kept, config);
+    let planned = plan(session, kept, config)?;
     let measured = measure(session, &planned, config, &mut NoObjects)?;
     Ok(write(session, &planned, &measured, config))
 }
@@ -200,7 +210,7 @@ mod tests {
     use super::*;
     use crate::input::json::JsonReader;
     use crate::json::scan::scan;
-    use crate::session::{Message, Part, Source, Span, SpanKind};
+    use crate::session::{Message, Part, Source, Span, SpanKind, SurrogateCheck};
 
     fn session(texts: &[&str]) -> Session {
         let mut arena = String::new();
@@ -222,6 +232,7 @@ mod tests {
                 owned: arena,
                 strings: Vec::new(),
                 wide: Vec::new(),
+                surrogates: SurrogateCheck::default(),
                 inputs: Vec::new(),
             },
             messages,
@@ -239,6 +250,7 @@ mod tests {
                 owned: doc.to_owned(),
                 strings: Vec::new(),
                 wide: Vec::new(),
+                surrogates: SurrogateCheck::default(),
                 inputs: Vec::new(),
             },
             messages: reader.messages,

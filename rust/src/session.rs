@@ -3,10 +3,13 @@
 //! alive and never copied, or the caller's Python strings themselves, kept alive: ASCII ones
 //! borrowed as UTF-8, the others in their own layout (`WideStr`), plus a small arena.
 
+use std::sync::OnceLock;
+
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyString;
 use pyo3::{Py, PyAny};
 
+use crate::errors::{InputError, Loc, LONE_SURROGATE};
 use crate::utf8::Utf8Bytes;
 
 /// Where the spans of a session point.
@@ -23,8 +26,78 @@ pub enum Source {
         strings: Vec<PyBackedStr>,
         /// the strings of the objects that are not ASCII (spans of kind `Wide`)
         wide: Vec<WideStr>,
+        /// the lone surrogate check of `wide`, left to the first render
+        surrogates: SurrogateCheck,
         inputs: Vec<Py<PyAny>>,
     },
+}
+
+/// A string of `Source::Objects::wide` that may hold a lone surrogate: which one, and where
+/// the walk read it.
+#[derive(Debug, Clone, Copy)]
+pub struct Unchecked {
+    pub wide: usize,
+    pub loc: Loc,
+    pub key: &'static str,
+}
+
+/// The lone surrogate check of the `wide` strings of a walk. Scanning every unit is the
+/// costliest step of a walk, and a render reads the same units for its searches: the first
+/// render checks the strings it searches in that same pass and the others after it, then
+/// reports the first fault in walk order, as the walk would have.
+#[derive(Debug, Default)]
+pub struct SurrogateCheck {
+    /// in walk order
+    unchecked: Vec<Unchecked>,
+    outcome: OnceLock<Result<(), InputError>>,
+}
+
+/// What a render's searches learned of the `wide` strings, by index: `Some(true)` for a lone
+/// surrogate, `Some(false)` for none, `None` for not scanned.
+pub type Verdicts = Vec<Option<bool>>;
+
+impl SurrogateCheck {
+    pub fn new(unchecked: Vec<Unchecked>) -> Self {
+        Self {
+            unchecked,
+            outcome: OnceLock::new(),
+        }
+    }
+
+    /// The outcome, once known.
+    pub fn outcome(&self) -> Option<&Result<(), InputError>> {
+        self.outcome.get()
+    }
+
+    /// Whether a render still has strings to check.
+    pub fn pending(&self) -> bool {
+        self.outcome.get().is_none() && !self.unchecked.is_empty()
+    }
+
+    /// Check every string, taking the verdicts already known; remembered for later renders.
+    pub fn check(&self, wide: &[WideStr], known: &[Option<bool>]) -> Result<(), InputError> {
+        self.outcome
+            .get_or_init(|| first_fault(&self.unchecked, wide, known))
+            .clone()
+    }
+}
+
+/// The first of `unchecked` (in walk order) with a lone surrogate, as an input error.
+pub fn first_fault(
+    unchecked: &[Unchecked],
+    wide: &[WideStr],
+    known: &[Option<bool>],
+) -> Result<(), InputError> {
+    for u in unchecked {
+        let faulty = match known.get(u.wide).copied().flatten() {
+            Some(faulty) => faulty,
+            None => wide.get(u.wide).is_some_and(|w| w.units().has_surrogate()),
+        };
+        if faulty {
+            return Err(InputError::new(u.loc.path(Some(u.key)), LONE_SURROGATE));
+        }
+    }
+    Ok(())
 }
 
 /// A Python `str` that is not ASCII, kept in its own layout: one, two or four bytes per code
@@ -78,11 +151,6 @@ impl WideStr {
         // SAFETY: see `new`: `units * width` readable bytes (the units of a slice), alive as
         // long as `_owner`, which `self` holds.
         unsafe { std::slice::from_raw_parts(self.data, self.units * self.width) }
-    }
-
-    /// No unit is a lone surrogate (a Python `str` may hold one; UTF-8 cannot).
-    pub fn surrogate_free(&self) -> bool {
-        !self.units().has_surrogate()
     }
 
     pub fn units(&self) -> Units<'_> {
@@ -399,6 +467,24 @@ impl Session {
             .text(span.buf)
             .get(span.start..span.end)
             .unwrap_or("")
+    }
+
+    /// The lone surrogate check still due, if any (see `SurrogateCheck`).
+    pub fn surrogates(&self) -> Option<&SurrogateCheck> {
+        match &self.source {
+            Source::Objects { surrogates, .. } => Some(surrogates),
+            _ => None,
+        }
+    }
+
+    /// Finish the lone surrogate check of walked strings (a no-op after the first success).
+    pub fn check_surrogates(&self, known: &[Option<bool>]) -> Result<(), InputError> {
+        match &self.source {
+            Source::Objects {
+                wide, surrogates, ..
+            } => surrogates.check(wide, known),
+            _ => Ok(()),
+        }
     }
 
     /// The Python string of a `Wide` span.

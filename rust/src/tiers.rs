@@ -13,7 +13,7 @@ use memchr::memmem;
 
 use crate::config::Config;
 use crate::json::unescape::{inside_escape, unescape};
-use crate::session::{Part, Session, Span, SpanKind, Units};
+use crate::session::{Part, Session, Source, Span, SpanKind, Units, Verdicts};
 use crate::text::{count_chars, head_only_len, head_tail_len, head_tail_sizes};
 
 /// How a result renders.
@@ -210,13 +210,49 @@ fn encode_units(needle: &str, width: usize) -> Option<Vec<u8>> {
 /// `units` one byte per code point: ASCII as itself, anything wider as a byte that is not
 /// ASCII. An ASCII needle matches there exactly where it matches the text (a vectorized pass,
 /// far cheaper than a search for needles padded with zero bytes, which occur everywhere).
-fn narrow(units: Units<'_>, out: &mut Vec<u8>) {
-    out.clear();
+/// Whether a unit is a lone surrogate comes out of the same pass (see `SurrogateCheck`).
+fn narrow(units: Units<'_>, out: &mut Vec<u8>) -> bool {
+    // every byte is written below: only a longer block needs the vector to grow
+    out.resize(units.len(), 0);
     match units {
-        Units::One(u) => out.extend_from_slice(u),
-        Units::Two(u) => out.extend(u.iter().map(|&unit| unit.min(0xff) as u8)),
-        Units::Four(u) => out.extend(u.iter().map(|&unit| unit.min(0xff) as u8)),
+        Units::One(u) => {
+            out.copy_from_slice(u);
+            false
+        }
+        Units::Two(u) => narrow_units(u, out),
+        Units::Four(u) => narrow_units(u, out),
     }
+}
+
+fn narrow_units<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { narrow_units_avx2(units, out) };
+    }
+    narrow_units_body(units, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn narrow_units_avx2<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) -> bool {
+    narrow_units_body(units, out)
+}
+
+/// A block at a time, its flags folded without an early exit, so the loop vectorizes.
+#[inline(always)]
+fn narrow_units_body<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) -> bool {
+    let mut seen = false;
+    for (to, from) in out.chunks_mut(256).zip(units.chunks(256)) {
+        let mut block = 0u32;
+        for (byte, &unit) in to.iter_mut().zip(from) {
+            let unit: u32 = unit.into();
+            *byte = unit.min(0xff) as u8;
+            block |= u32::from(unit & 0xffff_f800 == 0xd800);
+        }
+        seen |= block != 0;
+    }
+    seen
 }
 
 /// The searches of stage 2, built once per render (each encoding only when needed).
@@ -234,13 +270,21 @@ struct Needles<'c> {
     narrowed: RefCell<Vec<u8>>,
     /// the longest needle in characters, less one: the overlap of narrowed blocks
     overlap: usize,
+    /// the lone surrogate verdicts of the session's `wide` strings, when a check is due
+    /// (empty otherwise): the narrowed searches reach them for free
+    verdicts: RefCell<Verdicts>,
 }
 
 /// Characters narrowed and searched at a time (the narrowed block stays in the L1/L2 cache).
 const NARROW_BLOCK: usize = 32 * 1024;
 
 impl<'c> Needles<'c> {
-    fn new(config: &'c Config) -> Self {
+    fn new(config: &'c Config, session: &Session) -> Self {
+        let check = session.surrogates().is_some_and(|c| c.pending());
+        let verdicts = match session.source {
+            Source::Objects { ref wide, .. } if check => vec![None; wide.len()],
+            _ => Vec::new(),
+        };
         Self {
             config,
             marker_chars: count_chars(&config.cleared_marker),
@@ -257,6 +301,7 @@ impl<'c> Needles<'c> {
                 .max()
                 .unwrap_or(0)
                 .saturating_sub(1),
+            verdicts: RefCell::new(verdicts),
         }
     }
 
@@ -274,7 +319,15 @@ impl<'c> Needles<'c> {
                     // Latin-1: its bytes are the code points, only ASCII ones match
                     return encoded.search(wide.bytes(), Starts::All, marker, errors);
                 }
-                return self.search_narrowed(encoded, wide.units(), marker, errors);
+                let mut verdicts = self.verdicts.borrow_mut();
+                let verdict = verdicts.get_mut(span.buf as usize).filter(|v| v.is_none());
+                let check = verdict.is_some();
+                let (found, faulty) =
+                    self.search_narrowed(encoded, wide.units(), marker, errors, check);
+                if let Some(verdict) = verdict {
+                    *verdict = Some(faulty);
+                }
+                return found;
             }
             let width = wide.width();
             let slot = match width {
@@ -297,31 +350,36 @@ impl<'c> Needles<'c> {
     }
 
     /// `Encoded::search` over `units` narrowed a block at a time, so the narrowed text stays
-    /// in cache; consecutive blocks overlap by a needle's length, less one.
+    /// in cache; consecutive blocks overlap by a needle's length, less one. With `check`, also
+    /// whether `units` hold a lone surrogate (all of them, past where the search stops).
     fn search_narrowed(
         &self,
         encoded: &Encoded,
         units: Units<'_>,
         mut marker: bool,
         mut errors: bool,
-    ) -> Found {
+        check: bool,
+    ) -> (Found, bool) {
         let mut narrowed = self.narrowed.borrow_mut();
         let mut found = Found::default();
+        let mut faulty = false;
         let total = units.len();
         let mut at = 0;
         while marker || errors {
             let end = total.min(at + NARROW_BLOCK);
-            narrow(
+            faulty |= narrow(
                 units.slice(at.saturating_sub(self.overlap), end),
                 &mut narrowed,
             );
+            at = end;
             let here = encoded.search(&narrowed, Starts::All, marker, errors);
             if here.cleared {
                 // the text passes through as it is: whether it has an error word is moot
-                return Found {
+                found = Found {
                     cleared: true,
                     error: false,
                 };
+                break;
             }
             if here.error {
                 found.error = true;
@@ -332,9 +390,11 @@ impl<'c> Needles<'c> {
             }
             // a marker too long for what is left cannot start in it
             marker = marker && total - end + self.overlap >= self.marker_chars;
-            at = end;
         }
-        found
+        if check && at < total {
+            faulty |= units.slice(at, total).has_surrogate();
+        }
+        (found, faulty)
     }
 
     fn utf8(&self) -> &Encoded {
@@ -414,11 +474,14 @@ fn part_result(part: &Part) -> Option<(Span, bool, &str, bool)> {
 }
 
 /// Every result of the kept messages, in order, with its tier and cut.
+///
+/// The searches check the walked strings they narrow for lone surrogates on the way: the
+/// verdicts come back for the session's `SurrogateCheck` (empty when none is due).
 pub fn plan_results(
     session: &Session,
     kept: &[usize],
     config: &Config,
-) -> (Vec<ResultPlan>, Counts) {
+) -> (Vec<ResultPlan>, Counts, Verdicts) {
     let results = || {
         kept.iter()
             .filter_map(|&m| session.messages.get(m))
@@ -426,7 +489,7 @@ pub fn plan_results(
             .filter_map(part_result)
     };
     let total = results().count();
-    let needles = Needles::new(config);
+    let needles = Needles::new(config, session);
     let mut counts = Counts::default();
     let mut plans = Vec::with_capacity(total);
     for (position, (span, compacted, name, status_error)) in results().enumerate() {
@@ -477,5 +540,67 @@ pub fn plan_results(
         }
         plans.push(plan);
     }
-    (plans, counts)
+    (plans, counts, needles.verdicts.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `narrow` must give: each code point as itself up to U+00FF, else U+00FF.
+    fn expected<T: Copy + Into<u32>>(units: &[T]) -> (Vec<u8>, bool) {
+        let narrowed = units.iter().map(|&u| u.into().min(0xff) as u8).collect();
+        let surrogate = units.iter().any(|&u| (0xd800..=0xdfff).contains(&u.into()));
+        (narrowed, surrogate)
+    }
+
+    fn check<'a, T: Copy + Into<u32>>(units: &'a [T], wrap: fn(&'a [T]) -> Units<'a>) {
+        let mut out = Vec::new();
+        let found = narrow(wrap(units), &mut out);
+        assert_eq!((out, found), expected(units), "{} units", units.len());
+        // the portable loop, whatever the CPU
+        let mut portable = vec![0; units.len()];
+        let found = narrow_units_body(units, &mut portable);
+        assert_eq!((portable, found), expected(units));
+    }
+
+    #[test]
+    fn narrowing_keeps_latin1_flags_wider_and_finds_lone_surrogates() {
+        // around the surrogate range, and wide code points whose low bits look like one
+        let table = [
+            0x41, 0x7f, 0x80, 0xe9, 0xff, 0x100, 0x6f22, 0xd7ff, 0xe000, 0x1_d800, 0x1_dfff,
+            0x1_f600, 0x10_ffff,
+        ];
+        let points: Vec<u32> = (0..700u32)
+            .map(|n| {
+                if n % 3 == 0 {
+                    0x41 + n % 26
+                } else {
+                    table[n as usize % table.len()]
+                }
+            })
+            .collect();
+        for len in [
+            0, 1, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511, 700,
+        ] {
+            let four = points.get(..len).unwrap_or(&[]);
+            let two: Vec<u16> = four
+                .iter()
+                .map(|&p| u16::try_from(p).unwrap_or(0x3042))
+                .collect();
+            check(four, Units::Four);
+            check(&two, Units::Two);
+            let places = [0, 1, len / 2, 255, 256, len.saturating_sub(1)];
+            for at in places.into_iter().filter(|&at| at < len) {
+                for surrogate in [0xd800u16, 0xdbff, 0xdc00, 0xdfff] {
+                    let mut four = four.to_vec();
+                    let mut two = two.clone();
+                    four[at] = u32::from(surrogate);
+                    two[at] = surrogate;
+                    check(&four, Units::Four);
+                    check(&two, Units::Two);
+                }
+            }
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! with `cast`; keys are interned, then replaced by the caller's own key objects as the first
 //! dicts show them (a lookup with the stored key object matches on identity). Long strings are
 //! never copied: the session keeps the Python strings alive, ASCII ones read as the UTF-8 they
-//! are, the others in their own layout (`WideStr`, checked for lone surrogates here), and
+//! are, the others in their own layout (`WideStr`, checked for lone surrogates by the first
+//! render, see `SurrogateCheck`), and
 //! their length in code points is Python's own (O(1)). `state.input` is checked here and kept;
 //! it is dumped (`params.rs`) only when a render shows it.
 
@@ -17,7 +18,7 @@ use super::{Field, Kind, PartType, Source};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
-use crate::session::{SmallStr, Span, SpanKind, Units, WideStr};
+use crate::session::{first_fault, SmallStr, Span, SpanKind, Unchecked, Units, WideStr};
 
 /// A list or a tuple, read in place.
 pub enum Seq<'py> {
@@ -75,8 +76,8 @@ pub struct PySource<'py> {
     pub strings: Vec<PyBackedStr>,
     /// the long strings of the objects that are not ASCII, in their own layout
     pub wide: Vec<WideStr>,
-    /// `wide` strings not checked for lone surrogates yet: index, where, key
-    deferred: Vec<(usize, Loc, &'static str)>,
+    /// `wide` strings not checked for lone surrogates yet, in walk order
+    pub unchecked: Vec<Unchecked>,
     /// the checked `state.input` values, kept alive for the render
     pub inputs: Vec<Py<PyAny>>,
 }
@@ -132,22 +133,16 @@ impl<'py> PySource<'py> {
             arena: String::new(),
             strings: Vec::new(),
             wide: Vec::new(),
-            deferred: Vec::new(),
+            unchecked: Vec::new(),
             inputs: Vec::new(),
         }
     }
 
-    /// Check the long strings kept in their own layout for lone surrogates, in walk order.
-    /// Run after the walk, stopped or not: scanning them one after another, instead of between
-    /// the walk's reads of small objects, keeps those objects in cache. All of them come before
-    /// any point the walk stopped at, so the first fault found here is the first of the input.
-    pub fn check_deferred(&mut self) -> Result<(), Failure> {
-        for (index, loc, key) in self.deferred.drain(..) {
-            if self.wide.get(index).is_some_and(|w| !w.surrogate_free()) {
-                return Err(lone_surrogate(loc, key));
-            }
-        }
-        Ok(())
+    /// The first lone surrogate in the strings kept in their own layout, in walk order, for
+    /// a walk that stopped at a fault: all of them come before that point, so their fault, if
+    /// any, is the first of the input. (A walk that succeeds leaves them to the render.)
+    pub fn first_lone_surrogate(&self) -> Result<(), InputError> {
+        first_fault(&self.unchecked, &self.wide, &[])
     }
 }
 
@@ -273,10 +268,17 @@ impl<'py> Source for PySource<'py> {
         key: &'static str,
     ) -> Result<Span, Failure> {
         if let Some(wide) = wide_str(&s) {
-            // the lone surrogate check waits for the end of the walk (see `check_deferred`)
-            self.deferred.push((self.wide.len(), loc, key));
             let chars = wide.units().len();
             if let Ok(buf) = u32::try_from(self.wide.len()) {
+                // the lone surrogate check waits for the render (see `SurrogateCheck`);
+                // Latin-1 strings cannot hold one
+                if wide.width() > 1 {
+                    self.unchecked.push(Unchecked {
+                        wide: self.wide.len(),
+                        loc,
+                        key,
+                    });
+                }
                 self.wide.push(wide);
                 return Ok(Span {
                     start: 0,
