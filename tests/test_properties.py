@@ -3,10 +3,11 @@ JSON bytes/str; the budget holds; bytes input equals dict input."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
-from asyncagents import ForkConfig, ForkContext, build_fork_context
+from asyncagents import ForkConfig, ForkContext, ForkInputError, build_fork_context
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -394,3 +395,65 @@ def test_engines_agree_on_compacted_sessions(msgs, cfg):
     if rust.stats.compaction_detected and rust.stats.removed_messages == 0:
         # the summary (an assistant message) comes first
         assert rust.context.startswith("<inherited_context>\nAgent:")
+
+
+# --- lone surrogates in walked objects ---------------------------------------------------------
+# The Rust engine checks non-ASCII strings of walked objects in its render, some in the pass of
+# its narrowed searches (cut at 32 Ki characters a block), the rest after; the reference checks
+# them while reading. Either way the same first fault must come out, or the same context.
+
+SURROGATE = st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff"])
+LONG_WIDE = st.builds(
+    lambda first, c, n: first + c * n,
+    # what a search may stop at, first
+    st.sampled_from(["", "error: ", "[Old tool result content cleared]"]),
+    st.sampled_from(["漢", "😀", "é", "Ā", "e\u0301", "a漢"]),
+    st.integers(30_000, 70_000),
+)
+
+
+def _strings(value: Any, found: list[tuple[Any, Any]]) -> None:
+    """Every (container, key) holding a str in `value`, in walk order."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if isinstance(item, str):
+            found.append((value, key))
+        elif isinstance(item, dict | list):
+            _strings(item, found)
+
+
+@st.composite
+def poisoned_session(draw: st.DrawFn) -> list[dict]:
+    # a copy: the strategies share some of the objects they give (`st.just`, `sampled_from`)
+    msgs = copy.deepcopy(draw(st.lists(message() | legacy_message(), min_size=1, max_size=8)))
+    slots: list[tuple[Any, Any]] = []
+    _strings(msgs, slots)
+    # mostly the long strings a render searches (results) or writes (texts)
+    texts = [slot for slot in slots if slot[1] in ("text", "output", "error")]
+    results = [slot for slot in texts if slot[1] != "text" or "type" not in slot[0]]
+    results += [slot for slot in texts if slot[0].get("type") == "tool_result"]
+    if slots:
+        # some made long and wide, so the searches cross blocks
+        for container, key in draw(st.lists(st.sampled_from(texts or slots), max_size=2)):
+            container[key] = draw(LONG_WIDE) + container[key]
+        where = st.sampled_from(results or texts or slots) | st.sampled_from(texts or slots)
+        for container, key in draw(st.lists(where | st.sampled_from(slots), max_size=3)):
+            text = container[key]
+            cut = draw(st.integers(0, len(text)))
+            container[key] = text[:cut] + draw(SURROGATE) + text[cut:]
+    return msgs
+
+
+def outcome(msgs: list, cfg: ForkConfig | None, engine: str) -> Any:
+    try:
+        return run(msgs, cfg, engine)
+    except ForkInputError as err:
+        return (err.path, err.detail)
+
+
+@settings(SETTINGS, max_examples=120)
+@given(poisoned_session(), config(), st.booleans())
+def test_engines_agree_on_lone_surrogates_in_walked_objects(msgs, cfg, wide_needles):
+    if wide_needles:
+        cfg = (cfg or ForkConfig()).model_copy(update={"error_patterns": ("漢", "error")})
+    assert outcome(msgs, cfg, "rust") == outcome(msgs, cfg, "python")
