@@ -2,5 +2,6 @@
 //! string literals, and Python-compatible compact dumps of parameter values.
 
 pub mod dump;
+pub mod literal;
 pub mod scan;
 pub mod unescape;

@@ -2,9 +2,10 @@
 //! (minus `NaN`/`Infinity`, lone surrogate escapes and integers past Python's 4300 digits),
 //! measures the nesting, and records, for the objects at the places the pipeline reads (the
 //! message list, `info`, `parts`, `state`, ...), the values of the keys it reads. Everything
-//! else is skipped. Strings are scanned 8 bytes at a time and their code points counted on the
-//! way, so a large tool output costs one pass and is never copied.
+//! else is skipped. Strings are scanned 64 bytes at a time (`literal.rs`) and their code points
+//! counted on the way, so a large tool output costs one pass and is never copied.
 
+use super::literal;
 use crate::errors::{self as e, InputError};
 
 /// Nesting at which `json.loads` gives up with a RecursionError (about Python's recursion
@@ -142,71 +143,6 @@ enum Stop {
     TooDeep,
 }
 
-/// UTF-8 continuation bytes in `run`, and whether it has a control character; written so the
-/// compiler vectorizes it (byte counters per 128-byte block, no early exit).
-fn run_stats(run: &[u8]) -> (usize, bool) {
-    let mut cont = 0usize;
-    let mut control = 0u8;
-    for block in run.chunks(128) {
-        let mut c = 0u8;
-        let mut m = 0u8;
-        for &byte in block {
-            c += u8::from(byte & 0xc0 == 0x80);
-            m |= u8::from(byte < 0x20);
-        }
-        cont += usize::from(c);
-        control |= m;
-    }
-    (cont, control != 0)
-}
-
-/// Offset of the first quote or backslash in `hay` (its length when there is none). Text
-/// between escapes is often a line or less (an escaped newline ends every line of a tool
-/// output), so the first 128 bytes are looked at inline, 16 at a time, before `memchr2` (a call
-/// with a set-up cost that a short run does not repay).
-#[inline(always)]
-fn quote_or_backslash(hay: &[u8]) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{
-            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-            _mm_set1_epi8,
-        };
-        let mut at = 0;
-        while at < 128 {
-            let Some(block) = hay.get(at..at + 16) else {
-                break;
-            };
-            // SAFETY: `block` is 16 readable bytes; SSE2 is part of every x86_64 target.
-            let mask = unsafe {
-                let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
-                let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
-                let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
-                _mm_movemask_epi8(_mm_or_si128(quote, backslash))
-            };
-            if mask != 0 {
-                return at + mask.trailing_zeros() as usize;
-            }
-            at += 16;
-        }
-        let rest = hay.get(at..).unwrap_or(&[]);
-        at + memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        memchr::memchr2(b'"', b'\\', hay).unwrap_or(hay.len())
-    }
-}
-
-fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
-    let digits = bytes.get(at..at + 4)?;
-    let mut value = 0u32;
-    for &d in digits {
-        value = value * 16 + char::from(d).to_digit(16)?;
-    }
-    Some(value)
-}
-
 struct Scanner<'a, M> {
     b: &'a [u8],
     i: usize,
@@ -275,86 +211,23 @@ impl<M: OnMessage> Scanner<'_, M> {
 
     /// A string literal at `self.i` (its opening quote).
     fn string(&mut self) -> Res<Str> {
-        let b = self.b;
         let start = self.i + 1;
-        let mut i = start;
-        let mut shrink = 0usize;
-        let mut escaped = false;
-        let mut unicode = false;
-        loop {
-            // Jump to the next quote or backslash (SIMD); the bytes between are checked and
-            // measured once the literal's end is known.
-            i += quote_or_backslash(b.get(i..).unwrap_or(&[]));
-            let Some(&c) = b.get(i) else {
-                self.i = i;
-                return self.fail("unterminated string");
-            };
-            match c {
-                b'"' => break,
-                b'\\' => {
-                    escaped = true;
-                    match b.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
-                            shrink += 1;
-                            i += 2;
-                        }
-                        Some(b'u') => {
-                            unicode = true;
-                            match hex4(b, i + 2) {
-                                Some(0xd800..=0xdbff) => {
-                                    let low = b.get(i + 6) == Some(&b'\\')
-                                        && b.get(i + 7) == Some(&b'u')
-                                        && matches!(hex4(b, i + 8), Some(0xdc00..=0xdfff));
-                                    if !low {
-                                        self.i = i;
-                                        return self.fail("lone surrogate in a string escape");
-                                    }
-                                    shrink += 11;
-                                    i += 12;
-                                }
-                                Some(0xdc00..=0xdfff) => {
-                                    self.i = i;
-                                    return self.fail("lone surrogate in a string escape");
-                                }
-                                Some(_) => {
-                                    shrink += 5;
-                                    i += 6;
-                                }
-                                None => {
-                                    self.i = i;
-                                    return self.fail("invalid \\uXXXX escape");
-                                }
-                            }
-                        }
-                        _ => {
-                            self.i = i;
-                            return self.fail("invalid escape");
-                        }
-                    }
-                }
-                0..=0x1f => {
-                    self.i = i;
-                    return self.fail("invalid control character in a string");
-                }
-                _ => i += 1,
+        match literal::scan(self.b, start) {
+            Ok(found) => {
+                self.i = found.end + 1;
+                Ok(Str {
+                    start: start as u32,
+                    end: found.end as u32,
+                    chars: u32::try_from(found.chars).unwrap_or(u32::MAX),
+                    escaped: found.escaped,
+                    unicode: found.unicode,
+                })
+            }
+            Err((what, at)) => {
+                self.i = at;
+                self.fail(what)
             }
         }
-        // One vectorized pass over the whole literal: control characters, continuation bytes.
-        let raw = b.get(start..i).unwrap_or(&[]);
-        let (cont, control) = run_stats(raw);
-        if control {
-            self.i = start + raw.iter().position(|&c| c < 0x20).unwrap_or(0);
-            return self.fail("invalid control character in a string");
-        }
-        self.i = i + 1;
-        let chars = (i - start) - cont - shrink;
-        Ok(Str {
-            start: start as u32,
-            end: i as u32,
-            chars: u32::try_from(chars).unwrap_or(u32::MAX),
-            escaped,
-            unicode,
-        })
     }
 
     fn literal(&mut self, word: &'static [u8], val: Val) -> Res<Val> {
