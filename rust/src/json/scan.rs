@@ -210,6 +210,7 @@ impl<M: OnMessage> Scanner<'_, M> {
     }
 
     /// A string literal at `self.i` (its opening quote).
+    #[inline(always)]
     fn string(&mut self) -> Res<Str> {
         let start = self.i + 1;
         match literal::scan(self.b, start) {
