@@ -3,6 +3,8 @@ parameter limits by tier."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from asyncagents import ForkConfig
 from fork_builders import (
@@ -523,6 +525,57 @@ def test_cuts_count_code_points_and_never_split_them(fork, unit):
         ),
     )
     assert ctx.stats.total_chars == len(ctx.context)
+
+
+# From dicts, the Rust engine copies the code units of a wide str into the context as they are.
+# The context must still be a str of the narrowest kind for what it holds (CPython compares the
+# kinds first: a wider one would compare unequal to the same text built any other way).
+
+#: (the output, what the context holds of it: cut to 500, tier 3)
+KIND_CASES = {
+    "astral-cut-to-ascii": ("x" * 600 + "😀" * 5, "x" * 500),
+    "astral-cut-to-latin1": ("é" * 600 + "😀" * 5, "é" * 500),
+    "astral-cut-to-bmp": ("漢" * 600 + "😀" * 5, "漢" * 500),
+    "bmp-cut-to-ascii": ("y" * 700 + "漢", "y" * 500),
+    "bmp-cut-to-latin1": ("ÿ" * 700 + "漢", "ÿ" * 500),
+    "latin1-cut-to-ascii": ("z" * 700 + "é", "z" * 500),
+}
+
+
+def _kind(text: str) -> int:
+    """Bytes per code point of the narrowest `str` kind that holds `text`."""
+    widest = max(map(ord, text), default=0)
+    return 1 if widest < 0x100 else 2 if widest < 0x10000 else 4
+
+
+@pytest.mark.parametrize("case", list(KIND_CASES))
+def test_context_is_a_str_of_the_narrowest_kind(fork, case):
+    output, kept = KIND_CASES[case]
+    config = ForkConfig(tier1_count=0, tier2_count=0)
+    msgs = [assistant("msg_1", tool("read", {}, output=output))]
+    ctx = fork(msgs, config)
+    cut = f"\n...[truncated {len(output) - 500} chars]..."
+    expected = framed(block("Agent", "[Tool: read] {}", "[Tool result]\n" + kept + cut))
+    assert ctx.context == expected
+    # the same kind and size as the expected text: the narrowest one
+    assert sys.getsizeof(ctx.context) == sys.getsizeof(expected)
+    assert _kind(ctx.context) == _kind(kept)
+    assert ctx.context.isascii() == kept.isascii()
+
+
+def test_context_of_many_widths_in_one_session(fork):
+    outputs = ["a" * 50, "é" * 50, "漢" * 50, "😀" * 50, "e\u0301" * 25, "ÿ漢😀x" * 12]
+    msgs = [user("msg_u", text("go"))]
+    msgs += [assistant(f"msg_{i}", tool("read", {}, output=o)) for i, o in enumerate(outputs)]
+    msgs.append(user("msg_z", text("naïve 🚀 end")))
+    ctx = fork(msgs)
+    lines = [block("User", "go")]
+    lines += [block("Agent", "[Tool: read] {}", "[Tool result]\n" + o) for o in outputs]
+    lines.append(block("User", "naïve 🚀 end"))
+    expected = framed(*lines)
+    assert ctx.context == expected
+    assert sys.getsizeof(ctx.context) == sys.getsizeof(expected)
+    assert ctx.stats.total_chars == len(expected)
 
 
 # --- non-ASCII results searched in their own width ----------------------------------------------

@@ -1,6 +1,8 @@
 //! `asyncagents._core`: the Rust engine of the fork pipeline.
 //!
-//! Bottom up: `text` and `utf8` (code points, validated bytes), `errors`, `config`, `session`
+//! Bottom up: `units` (the code units of Python strings in their own layout), `output` (where
+//! written text goes: a `String`, or a render's context with those units in place), `text` and
+//! `utf8` (code points, validated bytes), `errors`, `config`, `session`
 //! (the internal messages), `json` (the document scanner, string decoding, Python-compatible
 //! dumps), `params` (tool parameters dumped for the messages a render shows), `input` (the
 //! message rules, generic over the JSON view and Python objects), `tiers` (stage 2),
@@ -13,6 +15,7 @@ mod config;
 mod errors;
 mod input;
 mod json;
+mod output;
 mod params;
 mod pipeline;
 mod pystr;
@@ -20,6 +23,7 @@ mod session;
 mod text;
 mod tiers;
 mod transcript;
+mod units;
 mod utf8;
 
 use pyo3::exceptions::{PyIndexError, PyTypeError};

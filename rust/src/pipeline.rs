@@ -8,6 +8,7 @@ use std::ops::Range;
 use crate::budget::{fit, frame_len, Fit, CLOSE, OPEN};
 use crate::config::Config;
 use crate::errors::{Failure, InputError};
+use crate::output::{Context, Output, Piece};
 #[cfg(test)]
 use crate::params::NoObjects;
 use crate::params::{DumpInput, Params};
@@ -18,8 +19,8 @@ use crate::transcript::{body, head, head_len, result_count, Count, Write};
 
 /// The context and its numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rendered {
-    pub context: String,
+pub struct Rendered<'s> {
+    pub context: Context<'s>,
     pub final_count: usize,
     pub total_chars: usize,
     pub counts: Counts,
@@ -123,35 +124,65 @@ fn must_remove(size: usize, config: &Config) -> bool {
     size > config.char_no_removal && size > config.char_budget
 }
 
-/// Build the context of the survivors.
-pub fn write(
-    session: &Session,
+/// The body of the `k`-th newest of the planned messages (every survivor was measured).
+fn write_body<'s>(
+    session: &'s Session,
     planned: &Planned<'_>,
     measured: &Measured,
     config: &Config,
-) -> Rendered {
+    k: usize,
+    out: &mut impl Output<'s>,
+) {
+    let Some(message) = planned
+        .messages
+        .len()
+        .checked_sub(k + 1)
+        .and_then(|at| planned.messages.get(at))
+    else {
+        return;
+    };
+    let results = measured
+        .results
+        .get(k)
+        .and_then(|range| planned.plans.get(range.clone()))
+        .unwrap_or(&[]);
+    body(
+        session,
+        &measured.params,
+        message,
+        results,
+        config,
+        &mut Write(out),
+    );
+}
+
+/// Code points of a context.
+fn context_chars(context: &Context<'_>) -> usize {
+    context
+        .pieces()
+        .map(|piece| match piece {
+            Piece::Text(text) => count_chars(text),
+            Piece::Units(units) => units.len(),
+        })
+        .sum()
+}
+
+/// Build the context of the survivors.
+pub fn write<'s>(
+    session: &'s Session,
+    planned: &Planned<'_>,
+    measured: &Measured,
+    config: &Config,
+) -> Rendered<'s> {
     let messages = &planned.messages;
     let counts = planned.counts;
-    let params = &measured.params;
     let Some(last) = messages.len().checked_sub(1) else {
         return Rendered {
             counts,
             ..Rendered::default()
         };
     };
-    // The body of the `k`-th newest message (every survivor was measured).
-    let write_body = |k: usize, out: &mut String| {
-        let Some(message) = messages.get(last - k) else {
-            return;
-        };
-        let results = measured
-            .results
-            .get(k)
-            .and_then(|range| planned.plans.get(range.clone()))
-            .unwrap_or(&[]);
-        body(session, params, message, results, config, &mut Write(out));
-    };
-    let mut context = String::new();
+    let mut context = Context::default();
     let (final_count, removed, hard_capped, total_chars) = match measured.fit {
         Fit::From(first) => {
             let kept = messages.len() - first;
@@ -160,7 +191,7 @@ pub fn write(
                 if let Some(message) = messages.get(last - k) {
                     context.push_str(&head(message));
                 }
-                write_body(k, &mut context);
+                write_body(session, planned, measured, config, k, &mut context);
             }
             context.push_str(CLOSE);
             // the survivors' sizes are known: the context's length without a count
@@ -169,7 +200,7 @@ pub fn write(
         }
         Fit::HardCap { limit } => {
             let mut text = String::new();
-            write_body(0, &mut text);
+            write_body(session, planned, measured, config, 0, &mut text);
             context.push_str(OPEN);
             if let Some(message) = messages.get(last) {
                 context.push_str(&head(message));
@@ -182,11 +213,10 @@ pub fn write(
                 context.push_str(&text);
             }
             context.push_str(CLOSE);
-            let total = count_chars(&context);
-            (1, messages.len() - 1, true, total)
+            (1, messages.len() - 1, true, context_chars(&context))
         }
     };
-    debug_assert_eq!(total_chars, count_chars(&context));
+    debug_assert_eq!(total_chars, context_chars(&context));
     Rendered {
         context,
         final_count,
@@ -199,7 +229,11 @@ pub fn write(
 
 /// Render the kept messages of a session read from JSON (no Python objects to dump).
 #[cfg(test)]
-pub fn run(session: &Session, kept: &[usize], config: &Config) -> Result<Rendered, Failure> {
+pub fn run<'s>(
+    session: &'s Session,
+    kept: &[usize],
+    config: &Config,
+) -> Result<Rendered<'s>, Failure> {
     let planned = plan(session, kept, config)?;
     let measured = measure(session, &planned, config, &mut NoObjects)?;
     Ok(write(session, &planned, &measured, config))
@@ -258,7 +292,7 @@ mod tests {
         }
     }
 
-    fn run_ok(session: &Session, kept: &[usize], config: &Config) -> Rendered {
+    fn run_ok<'s>(session: &'s Session, kept: &[usize], config: &Config) -> Rendered<'s> {
         run(session, kept, config).unwrap_or_default()
     }
 
@@ -274,7 +308,7 @@ mod tests {
         assert_eq!(out.removed_messages, 1);
         assert_eq!(out.final_count, 2);
         assert_eq!(
-            out.context,
+            out.context.to_utf8(),
             format!(
                 "<inherited_context>\nAgent:\n{}\nUser:\nb\n</inherited_context>",
                 "😀".repeat(30)
@@ -302,7 +336,7 @@ mod tests {
             501 - 54 - 13,
             "漢".repeat(13)
         );
-        assert_eq!(out.context, want);
+        assert_eq!(out.context.to_utf8(), want);
     }
 
     #[test]
@@ -324,7 +358,7 @@ mod tests {
         let first = format!("{{\"a\":\"{}", &long[..94]);
         let second = format!("{{\"b\":\"{}\"}}", long);
         assert_eq!(
-            out.context,
+            out.context.to_utf8(),
             format!(
                 "<inherited_context>\nAgent:\n[Tool: read] {first}...\n[Tool result]\nout\n\
                  [Tool: grep] {second}\n</inherited_context>"
@@ -336,7 +370,7 @@ mod tests {
     fn no_messages_no_context() {
         let s = session(&[]);
         let out = run_ok(&s, &[], &Config::default());
-        assert_eq!(out.context, "");
+        assert_eq!(out.context.to_utf8(), "");
         assert_eq!(out.final_count, 0);
     }
 }

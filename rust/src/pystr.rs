@@ -1,26 +1,49 @@
 //! The rendered context as a Python `str`, written straight into CPython's own layout (one,
-//! two or four bytes per code point). The text is UTF-8 we built, so it needs no check;
+//! two or four bytes per code point). Its text is UTF-8 we built, so it needs no check;
 //! CPython's general decoder checks every byte again and, for mostly-ASCII text with a few
-//! wide characters, widens its buffer as it goes (half of a render with emoji in it).
+//! wide characters, widens its buffer as it goes (half of a render with emoji in it). The code
+//! units of walked Python strings in the context are copied as they are (`output::Context`).
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-/// `text`, of `chars` code points, as a `str`. ASCII text goes through CPython's own copy;
-/// other text is decoded here into a string of the narrowest kind that holds its widest code
-/// point, as CPython would build it (so it compares equal to any other `str` with the same
-/// code points). A wrong `chars` costs a second decode by CPython, never a wrong string.
-pub fn new_str<'py>(py: Python<'py>, text: &str, chars: usize) -> PyResult<Bound<'py, PyString>> {
-    // The widest lead byte decides the kind: 0xc2-0xc3 start U+0080-U+00FF, up to 0xef the
-    // rest of the BMP, 0xf0 and above the astral planes.
-    let widest = text.bytes().max().unwrap_or(0);
+use crate::output::{Context, Piece};
+use crate::units::Units;
+
+/// `context`, of `chars` code points, as a `str`. ASCII text goes through CPython's own copy;
+/// other contexts are written here into a string of the narrowest kind that holds their widest
+/// code point, as CPython would build it (so it compares equal to any other `str` with the
+/// same code points). A wrong `chars` costs a conversion by CPython, never a wrong string.
+pub fn new_str<'py>(
+    py: Python<'py>,
+    context: &Context<'_>,
+    chars: usize,
+) -> PyResult<Bound<'py, PyString>> {
+    // The widest lead byte decides the kind of text: 0xc2-0xc3 start U+0080-U+00FF, up to
+    // 0xef the rest of the BMP, 0xf0 and above the astral planes. Code units tell their own.
+    let widest = context
+        .pieces()
+        .map(|piece| match piece {
+            Piece::Text(text) => match text.bytes().max().unwrap_or(0) {
+                0..=0x7f => 0,
+                0x80..=0xc3 => 0xff,
+                0xc4..=0xef => 0xffff,
+                _ => 0x10_ffff,
+            },
+            Piece::Units(units) => units.max_point(),
+        })
+        .max()
+        .unwrap_or(0);
     if widest < 0x80 {
-        return Ok(PyString::new(py, text));
+        if let Some(text) = context.as_text() {
+            return Ok(PyString::new(py, text));
+        }
     }
     let (maxchar, width): (u32, usize) = match widest {
-        0x80..=0xc3 => (0xff, 1),
-        0xc4..=0xef => (0xffff, 2),
+        0..=0x7f => (0x7f, 1),
+        0x80..=0xff => (0xff, 1),
+        0x100..=0xffff => (0xffff, 2),
         _ => (0x10_ffff, 4),
     };
     let size = ffi::Py_ssize_t::try_from(chars)
@@ -36,26 +59,56 @@ pub fn new_str<'py>(py: Python<'py>, text: &str, chars: usize) -> PyResult<Bound
     let written = unsafe {
         let data = ffi::PyUnicode_DATA(string.as_ptr());
         match width {
-            1 => decode(
+            1 => write(
                 std::slice::from_raw_parts_mut(data.cast::<u8>(), chars),
-                text,
+                context,
             ),
-            2 => decode(
+            2 => write(
                 std::slice::from_raw_parts_mut(data.cast::<u16>(), chars),
-                text,
+                context,
             ),
-            _ => decode(
+            _ => write(
                 std::slice::from_raw_parts_mut(data.cast::<u32>(), chars),
-                text,
+                context,
             ),
         }
     };
     if written == Some(chars) {
         Ok(string)
     } else {
-        // Not reached (the count and the kind come from the same bytes), but never hand out a
-        // string with unwritten units.
-        Ok(PyString::new(py, text))
+        // Not reached (the count and the kind come from the same pieces), but never hand out
+        // a string with unwritten units.
+        Ok(PyString::new(py, &context.to_utf8()))
+    }
+}
+
+/// Write the pieces of `context` into `out`, whose units are wide enough for every one. The
+/// count written, or `None` when `out` is too short.
+fn write<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<usize> {
+    let mut at = 0;
+    for piece in context.pieces() {
+        let rest = out.get_mut(at..)?;
+        at += match piece {
+            Piece::Text(text) => decode(rest, text)?,
+            Piece::Units(units) => copy(rest, units)?,
+        };
+    }
+    Some(at)
+}
+
+/// Copy code units into `out` (as many as there are, else `None`), each unit fitting `T`.
+fn copy<T: Unit>(out: &mut [T], units: Units<'_>) -> Option<usize> {
+    fn each<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) -> Option<usize> {
+        let out = out.get_mut(..units.len())?;
+        for (to, &from) in out.iter_mut().zip(units) {
+            *to = T::of(from.into());
+        }
+        Some(units.len())
+    }
+    match units {
+        Units::One(u) => each(out, u),
+        Units::Two(u) => each(out, u),
+        Units::Four(u) => each(out, u),
     }
 }
 
@@ -208,7 +261,9 @@ fn decode<T: Unit>(out: &mut [T], text: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode, Unit};
+    use super::{decode, write, Unit};
+    use crate::output::{Context, Output};
+    use crate::units::Units;
 
     fn units<T: Unit + Default>(text: &str) -> Vec<T> {
         let mut out = vec![T::default(); text.chars().count()];
@@ -253,5 +308,25 @@ mod tests {
         assert_eq!(decode(&mut out, "abcé"), None);
         let mut out = [0u16; 20];
         assert_eq!(decode(&mut out, &"a".repeat(21)), None);
+    }
+
+    #[test]
+    fn writes_text_and_units_in_order() {
+        let wide: Vec<u32> = "😀漢".chars().map(u32::from).collect();
+        let two: Vec<u16> = "Ωß"
+            .chars()
+            .map(|c| u16::try_from(u32::from(c)).unwrap_or(0))
+            .collect();
+        let mut c = Context::default();
+        c.push_str("a\u{e9}");
+        c.push_units(Units::Four(&wide));
+        c.push_str(&"x".repeat(20));
+        c.push_units(Units::Two(&two));
+        let whole = c.to_utf8();
+        let mut out = vec![0u32; whole.chars().count()];
+        assert_eq!(write(&mut out, &c), Some(out.len()));
+        assert_eq!(out, points(&whole));
+        let mut short = vec![0u32; out.len() - 1];
+        assert_eq!(write(&mut short, &c), None);
     }
 }

@@ -1,6 +1,8 @@
 //! Text helpers on code points (Python's "characters"): counting, slicing by code points and
 //! the head/tail cuts with their markers. A cut never counts or copies more than it keeps.
 
+use crate::output::Output;
+
 /// Code points in `s`: its bytes minus the UTF-8 continuation bytes, no decoding. Byte
 /// counters per 255-byte block, so the compiler vectorizes the loop over whole registers.
 pub fn count_chars(s: &str) -> usize {
@@ -120,16 +122,16 @@ const HEAD_ONLY_FRAME: usize = "\n...[truncated  chars]...".len();
 const HEAD_TAIL_FRAME: usize = "\n...[truncated  chars]...\n".len();
 
 /// `"\n...[truncated {dropped} chars]..."`, appended.
-pub fn push_head_only_marker(dropped: usize, out: &mut String) {
+pub fn push_head_only_marker<'s>(dropped: usize, out: &mut impl Output<'s>) {
     out.push_str("\n...[truncated ");
     out.push_str(&dropped.to_string());
     out.push_str(" chars]...");
 }
 
 /// `"\n...[truncated {dropped} chars]...\n"`, appended.
-pub fn push_head_tail_marker(dropped: usize, out: &mut String) {
+pub fn push_head_tail_marker<'s>(dropped: usize, out: &mut impl Output<'s>) {
     push_head_only_marker(dropped, out);
-    out.push('\n');
+    out.push_str("\n");
 }
 
 /// Length in code points of `text[:limit] + marker` for a text of `chars` code points.
@@ -144,33 +146,38 @@ pub fn head_tail_len(chars: usize, head: usize, tail: usize) -> usize {
 
 /// A text that can be cut: its first or last `n` code points, appended. A `str`; the render
 /// also cuts escaped JSON literals and Python strings in their own layout (`transcript.rs`).
-pub trait Cuttable {
-    fn push_prefix(&self, n: usize, out: &mut String);
-    fn push_suffix(&self, n: usize, out: &mut String);
+pub trait Cuttable<'s> {
+    fn push_prefix(&self, n: usize, out: &mut impl Output<'s>);
+    fn push_suffix(&self, n: usize, out: &mut impl Output<'s>);
 }
 
-impl Cuttable for str {
-    fn push_prefix(&self, n: usize, out: &mut String) {
+impl<'s> Cuttable<'s> for str {
+    fn push_prefix(&self, n: usize, out: &mut impl Output<'s>) {
         out.push_str(char_prefix(self, n));
     }
-    fn push_suffix(&self, n: usize, out: &mut String) {
+    fn push_suffix(&self, n: usize, out: &mut impl Output<'s>) {
         out.push_str(char_suffix(self, n));
     }
 }
 
 /// `text[:limit] + marker`; `chars` is `len(text)`, more than `limit`.
-pub fn cut_head_only<T: Cuttable + ?Sized>(text: &T, chars: usize, limit: usize, out: &mut String) {
+pub fn cut_head_only<'s, T: Cuttable<'s> + ?Sized>(
+    text: &T,
+    chars: usize,
+    limit: usize,
+    out: &mut impl Output<'s>,
+) {
     text.push_prefix(limit, out);
     push_head_only_marker(chars.saturating_sub(limit), out);
 }
 
 /// `text[:head] + marker + text[len-tail:]`; `chars` is `len(text)`.
-pub fn cut_head_tail<T: Cuttable + ?Sized>(
+pub fn cut_head_tail<'s, T: Cuttable<'s> + ?Sized>(
     text: &T,
     chars: usize,
     head: usize,
     tail: usize,
-    out: &mut String,
+    out: &mut impl Output<'s>,
 ) {
     text.push_prefix(head, out);
     push_head_tail_marker(chars.saturating_sub(head + tail), out);

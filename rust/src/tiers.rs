@@ -13,8 +13,9 @@ use memchr::memmem;
 
 use crate::config::Config;
 use crate::json::unescape::{inside_escape, unescape};
-use crate::session::{Part, Session, Source, Span, SpanKind, Units, Verdicts};
+use crate::session::{Part, Session, Source, Span, SpanKind, Verdicts};
 use crate::text::{count_chars, head_only_len, head_tail_len, head_tail_sizes};
+use crate::units::Units;
 
 /// How a result renders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

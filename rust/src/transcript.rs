@@ -7,10 +7,12 @@ use std::borrow::Cow;
 use crate::config::Config;
 use crate::json::dump::Limited;
 use crate::json::unescape;
+use crate::output::Output;
 use crate::params::Params;
-use crate::session::{Message, Part, Session, Span, ToolCall, Units};
+use crate::session::{Message, Part, Session, Span, ToolCall};
 use crate::text::{char_prefix, count_chars, cut_head_only, cut_head_tail, Cuttable};
 use crate::tiers::{Cut, ResultPlan};
+use crate::units::Units;
 
 pub const RESULT_HEADER: &str = "[Tool result]\n";
 
@@ -42,19 +44,19 @@ pub fn head_len(message: &Message) -> usize {
     count_chars(&label(message.role.as_deref())) + 2
 }
 
-/// Where a message body goes: counted or written.
-pub trait Out {
+/// Where a message body of session `'s` goes: counted or written.
+pub trait Out<'s> {
     fn text(&mut self, s: &str);
-    fn span(&mut self, session: &Session, span: Span);
-    fn preview(&mut self, session: &Session, params: &Params, input: Span, limit: usize);
-    fn result(&mut self, session: &Session, plan: &ResultPlan, config: &Config);
+    fn span(&mut self, session: &'s Session, span: Span);
+    fn preview(&mut self, session: &'s Session, params: &Params, input: Span, limit: usize);
+    fn result(&mut self, session: &'s Session, plan: &ResultPlan, config: &Config);
 }
 
 /// Measures in code points.
 #[derive(Default)]
 pub struct Count(pub usize);
 
-impl Out for Count {
+impl<'s> Out<'s> for Count {
     fn text(&mut self, s: &str) {
         self.0 += count_chars(s);
     }
@@ -72,17 +74,17 @@ impl Out for Count {
     }
 }
 
-/// Builds the text.
-pub struct Write<'a>(pub &'a mut String);
+/// Builds the text (into a `String`, or a render's `Context`).
+pub struct Write<'a, O>(pub &'a mut O);
 
-impl Out for Write<'_> {
+impl<'s, O: Output<'s>> Out<'s> for Write<'_, O> {
     fn text(&mut self, s: &str) {
         self.0.push_str(s);
     }
-    fn span(&mut self, session: &Session, span: Span) {
+    fn span(&mut self, session: &'s Session, span: Span) {
         Stored::of(session, span).push_all(self.0);
     }
-    fn preview(&mut self, session: &Session, params: &Params, input: Span, limit: usize) {
+    fn preview(&mut self, session: &'s Session, params: &Params, input: Span, limit: usize) {
         let mut taken = String::new();
         let mut sink = Limited::new(Some(&mut taken), limit.saturating_add(1));
         params.write(session, input, &mut sink);
@@ -93,7 +95,7 @@ impl Out for Write<'_> {
             self.0.push_str(&taken);
         }
     }
-    fn result(&mut self, session: &Session, plan: &ResultPlan, config: &Config) {
+    fn result(&mut self, session: &'s Session, plan: &ResultPlan, config: &Config) {
         let text = Stored::of(session, plan.text);
         let chars = plan.text.chars;
         match plan.cut {
@@ -127,36 +129,36 @@ impl<'a> Stored<'a> {
         }
     }
 
-    fn push_all(&self, out: &mut String) {
+    fn push_all(&self, out: &mut impl Output<'a>) {
         match self {
             Stored::Plain(text) => out.push_str(text),
-            Stored::Escaped(raw) => unescape::push_from(raw, 0, out),
-            Stored::Wide(units) => units.push_to(out),
+            Stored::Escaped(raw) => unescape::push_from(raw, 0, out.text()),
+            Stored::Wide(units) => out.push_units(*units),
         }
     }
 }
 
-impl Cuttable for Stored<'_> {
-    fn push_prefix(&self, n: usize, out: &mut String) {
+impl<'a> Cuttable<'a> for Stored<'a> {
+    fn push_prefix(&self, n: usize, out: &mut impl Output<'a>) {
         match self {
             Stored::Plain(text) => text.push_prefix(n, out),
-            Stored::Escaped(raw) => unescape::push_prefix(raw, n, out),
-            Stored::Wide(units) => units.slice(0, n).push_to(out),
+            Stored::Escaped(raw) => unescape::push_prefix(raw, n, out.text()),
+            Stored::Wide(units) => out.push_units(units.slice(0, n)),
         }
     }
-    fn push_suffix(&self, n: usize, out: &mut String) {
+    fn push_suffix(&self, n: usize, out: &mut impl Output<'a>) {
         match self {
             Stored::Plain(text) => text.push_suffix(n, out),
-            Stored::Escaped(raw) => unescape::push_suffix(raw, n, out),
-            Stored::Wide(units) => units
-                .slice(units.len().saturating_sub(n), units.len())
-                .push_to(out),
+            Stored::Escaped(raw) => unescape::push_suffix(raw, n, out.text()),
+            Stored::Wide(units) => {
+                out.push_units(units.slice(units.len().saturating_sub(n), units.len()))
+            }
         }
     }
 }
 
-fn tool_line<O: Out>(
-    session: &Session,
+fn tool_line<'s, O: Out<'s>>(
+    session: &'s Session,
     params: &Params,
     call: &ToolCall,
     limit: usize,
@@ -173,8 +175,8 @@ fn tool_line<O: Out>(
 
 /// Write or measure a message body (every line after the label, each led by `"\n"`).
 /// `results` are this message's results, in part order.
-pub fn body<O: Out>(
-    session: &Session,
+pub fn body<'s, O: Out<'s>>(
+    session: &'s Session,
     params: &Params,
     message: &Message,
     results: &[ResultPlan],

@@ -18,7 +18,8 @@ use super::{Field, Kind, PartType, Source};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
-use crate::session::{first_fault, SmallStr, Span, SpanKind, Unchecked, Units, WideStr};
+use crate::session::{first_fault, SmallStr, Span, SpanKind, Unchecked, WideStr};
+use crate::units::Units;
 
 /// A list or a tuple, read in place.
 pub enum Seq<'py> {
