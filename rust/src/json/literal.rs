@@ -63,14 +63,7 @@ impl Kernel for Portable {
 
 #[inline(always)]
 fn scan_with<K: Kernel>(b: &[u8], start: usize) -> Result<Literal, Fault> {
-    let mut s = Scan {
-        i: start,
-        shrink: 0,
-        cont: 0,
-        control: None,
-        escaped: false,
-        unicode: false,
-    };
+    let mut s = Scan::new(start);
     // Keys, ids and short values end in their first 16 bytes, with no escape.
     if let Some(block) = b.get(start..start + 16) {
         let m = K::of16(block);
@@ -151,6 +144,17 @@ struct Scan {
 }
 
 impl Scan {
+    fn new(start: usize) -> Self {
+        Scan {
+            i: start,
+            shrink: 0,
+            cont: 0,
+            control: None,
+            escaped: false,
+            unicode: false,
+        }
+    }
+
     /// Count the continuation bytes and note the first control character among the bytes of
     /// `within` of a block that starts at `self.i`.
     fn take(&mut self, m: &Masks, within: u64) {
@@ -371,14 +375,7 @@ mod tests {
 
     /// What `scan` must give, a byte at a time.
     fn slow(b: &[u8], start: usize) -> Result<Literal, Fault> {
-        let mut s = Scan {
-            i: start,
-            shrink: 0,
-            cont: 0,
-            control: None,
-            escaped: false,
-            unicode: false,
-        };
+        let mut s = Scan::new(start);
         loop {
             match b.get(s.i) {
                 None => return Err(("unterminated string", s.i)),
