@@ -31,7 +31,7 @@ pub fn scan(b: &[u8], start: usize) -> Result<Literal, Fault> {
     #[cfg(target_arch = "x86_64")]
     {
         if avx2::available() {
-            // SAFETY: the CPU has the features `scan_avx2` is compiled for (checked just above).
+            // SAFETY: the CPU has the features `avx2::scan` is compiled for (checked just above).
             return unsafe { avx2::scan(b, start) };
         }
         scan_with::<sse2::Kernel>(b, start)
