@@ -138,10 +138,17 @@ pub trait OnMessage {
     fn message(&mut self, doc: &Doc, value: Val, index: usize);
 }
 
+/// Why a scan stopped.
+#[derive(Clone, Copy)]
 enum Stop {
     Syntax(&'static str, usize),
     TooDeep,
 }
+
+/// A scan stopped: the reason is in `Scanner::stopped`. Zero-sized, so a step's result is no
+/// larger than its value and comes back in registers (a `Stop` in it made every result go
+/// through memory, and reading a returned `Val` back stalled on the stores that wrote it).
+struct Halt;
 
 struct Scanner<'a, M> {
     b: &'a [u8],
@@ -151,9 +158,11 @@ struct Scanner<'a, M> {
     doc: Doc,
     scratch: Vec<Val>,
     sink: &'a mut M,
+    /// why the scan stopped, once it has
+    stopped: Option<Stop>,
 }
 
-type Res<T> = Result<T, Stop>;
+type Res<T> = Result<T, Halt>;
 
 impl<M: OnMessage> Scanner<'_, M> {
     #[inline]
@@ -167,8 +176,14 @@ impl<M: OnMessage> Scanner<'_, M> {
         self.b.get(self.i).copied()
     }
 
-    fn fail<T>(&self, what: &'static str) -> Res<T> {
-        Err(Stop::Syntax(what, self.i))
+    fn fail<T>(&mut self, what: &'static str) -> Res<T> {
+        self.stop(Stop::Syntax(what, self.i))
+    }
+
+    #[cold]
+    fn stop<T>(&mut self, why: Stop) -> Res<T> {
+        self.stopped = Some(why);
+        Err(Halt)
     }
 
     /// Just after `[` or `{`: whether `close` follows at once (then it is consumed).
@@ -202,7 +217,7 @@ impl<M: OnMessage> Scanner<'_, M> {
     fn open(&mut self) -> Res<()> {
         self.depth += 1;
         if self.depth >= RUNAWAY_DEPTH {
-            return Err(Stop::TooDeep);
+            return self.stop(Stop::TooDeep);
         }
         self.max_depth = self.max_depth.max(self.depth);
         self.i += 1;
@@ -444,6 +459,7 @@ pub fn scan<M: OnMessage>(text: &str, sink: &mut M) -> Result<bool, InputError> 
         doc: Doc::default(),
         scratch: Vec::new(),
         sink,
+        stopped: None,
     };
     let top = s.value(Schema::Top).and_then(|top| {
         s.ws();
@@ -453,11 +469,13 @@ pub fn scan<M: OnMessage>(text: &str, sink: &mut M) -> Result<bool, InputError> 
             Ok(top)
         }
     });
-    match top {
-        Err(Stop::Syntax(what, at)) => Err(InputError::json(format!(
+    match top.map_err(|Halt| s.stopped) {
+        Err(Some(Stop::Syntax(what, at))) => Err(InputError::json(format!(
             "invalid JSON: {what} at byte {at}"
         ))),
-        Err(Stop::TooDeep) => Err(InputError::json(e::DOCUMENT_TOO_DEEP)),
+        Err(Some(Stop::TooDeep)) => Err(InputError::json(e::DOCUMENT_TOO_DEEP)),
+        // every `Halt` comes with its reason (`stop`)
+        Err(None) => Err(InputError::json("invalid JSON")),
         Ok(_) if s.max_depth > e::MAX_DOCUMENT_DEPTH => Err(InputError::json(e::DOCUMENT_TOO_DEEP)),
         Ok(Val::Arr { .. }) => Ok(true),
         Ok(Val::Obj(node)) => Ok(matches!(
