@@ -318,10 +318,22 @@ mod avx2 {
         _mm256_movemask_epi8, _mm256_set1_epi8,
     };
 
+    /// Whether the CPU has AVX2, POPCNT and BMI1: asked once, then one load per literal.
+    #[inline(always)]
     pub fn available() -> bool {
-        std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("popcnt")
-            && std::arch::is_x86_feature_detected!("bmi1")
+        use std::sync::atomic::{AtomicU8, Ordering};
+        /// 0: not asked yet, 1: no, 2: yes
+        static AVAILABLE: AtomicU8 = AtomicU8::new(0);
+        match AVAILABLE.load(Ordering::Relaxed) {
+            0 => {
+                let yes = std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("popcnt")
+                    && std::arch::is_x86_feature_detected!("bmi1");
+                AVAILABLE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+                yes
+            }
+            known => known == 2,
+        }
     }
 
     /// # Safety
