@@ -30,6 +30,11 @@ pub type Fault = (&'static str, usize);
 pub fn scan(b: &[u8], start: usize) -> Result<Literal, Fault> {
     #[cfg(target_arch = "x86_64")]
     {
+        if avx512::available() {
+            // SAFETY: the CPU has the features `avx512::scan` is compiled for (checked just
+            // above).
+            return unsafe { avx512::scan(b, start) };
+        }
         if avx2::available() {
             // SAFETY: the CPU has the features `avx2::scan` is compiled for (checked just above).
             return unsafe { avx2::scan(b, start) };
@@ -309,6 +314,80 @@ mod sse2 {
     }
 }
 
+/// Whether the CPU has some features: `ask`ed once, then one load per literal (`slot`: 0 not
+/// asked yet, 1 no, 2 yes).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn cpu_has(slot: &std::sync::atomic::AtomicU8, ask: fn() -> bool) -> bool {
+    use std::sync::atomic::Ordering;
+    match slot.load(Ordering::Relaxed) {
+        0 => {
+            let yes = ask();
+            slot.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+        known => known == 2,
+    }
+}
+
+/// AVX-512 (BW), whose compares give the 64-bit masks directly, where the CPU has it.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{scan_with, sse2, Fault, Literal, Masks};
+    use std::arch::x86_64::{
+        _mm512_and_si512, _mm512_cmpeq_epi8_mask, _mm512_cmplt_epu8_mask, _mm512_loadu_si512,
+        _mm512_set1_epi8,
+    };
+    use std::sync::atomic::AtomicU8;
+
+    /// Whether the CPU has AVX-512 F and BW, POPCNT and BMI1.
+    #[inline(always)]
+    pub fn available() -> bool {
+        static AVAILABLE: AtomicU8 = AtomicU8::new(0);
+        super::cpu_has(&AVAILABLE, || {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("popcnt")
+                && std::arch::is_x86_feature_detected!("bmi1")
+        })
+    }
+
+    /// # Safety
+    /// The CPU must have AVX-512 F and BW, POPCNT and BMI1 (`available`).
+    #[target_feature(enable = "avx512f,avx512bw,popcnt,bmi1")]
+    pub unsafe fn scan(b: &[u8], start: usize) -> Result<Literal, Fault> {
+        scan_with::<Kernel>(b, start)
+    }
+
+    pub struct Kernel;
+
+    impl super::Kernel for Kernel {
+        #[inline(always)]
+        fn of16(block: &[u8]) -> Masks {
+            sse2::masks16(block)
+        }
+
+        #[inline(always)]
+        fn of64(block: &[u8]) -> Masks {
+            let Some(block) = block.get(..64) else {
+                return Masks::default();
+            };
+            // SAFETY: `block` is 64 readable bytes; this runs only inside `scan`, on a CPU
+            // with AVX-512 F and BW.
+            unsafe {
+                let v = _mm512_loadu_si512(block.as_ptr().cast());
+                let top = _mm512_and_si512(v, _mm512_set1_epi8(0xc0u8 as i8));
+                Masks {
+                    quote: _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(b'"' as i8)),
+                    backslash: _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(b'\\' as i8)),
+                    control: _mm512_cmplt_epu8_mask(v, _mm512_set1_epi8(0x20)),
+                    cont: _mm512_cmpeq_epi8_mask(top, _mm512_set1_epi8(0x80u8 as i8)),
+                }
+            }
+        }
+    }
+}
+
 /// AVX2, with the bit-count and trailing-zero instructions, where the CPU has them.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -317,23 +396,17 @@ mod avx2 {
         __m256i, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_max_epu8,
         _mm256_movemask_epi8, _mm256_set1_epi8,
     };
+    use std::sync::atomic::AtomicU8;
 
-    /// Whether the CPU has AVX2, POPCNT and BMI1: asked once, then one load per literal.
+    /// Whether the CPU has AVX2, POPCNT and BMI1.
     #[inline(always)]
     pub fn available() -> bool {
-        use std::sync::atomic::{AtomicU8, Ordering};
-        /// 0: not asked yet, 1: no, 2: yes
         static AVAILABLE: AtomicU8 = AtomicU8::new(0);
-        match AVAILABLE.load(Ordering::Relaxed) {
-            0 => {
-                let yes = std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("popcnt")
-                    && std::arch::is_x86_feature_detected!("bmi1");
-                AVAILABLE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-                yes
-            }
-            known => known == 2,
-        }
+        super::cpu_has(&AVAILABLE, || {
+            std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("popcnt")
+                && std::arch::is_x86_feature_detected!("bmi1")
+        })
     }
 
     /// # Safety
@@ -422,12 +495,22 @@ mod tests {
                 let fast = unsafe { avx2_of64(block) };
                 assert!(same(&fast, &portable));
             }
+            if avx512::available() {
+                // SAFETY: the CPU has AVX-512 F and BW (checked just above).
+                let fast = unsafe { avx512_of64(block) };
+                assert!(same(&fast, &portable));
+            }
         }
     }
 
     #[target_feature(enable = "avx2,popcnt,bmi1")]
     unsafe fn avx2_of64(block: &[u8]) -> Masks {
         <avx2::Kernel as Kernel>::of64(block)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,popcnt,bmi1")]
+    unsafe fn avx512_of64(block: &[u8]) -> Masks {
+        <avx512::Kernel as Kernel>::of64(block)
     }
 
     /// Every piece at every offset around the block edges and the short-string check.
@@ -463,6 +546,10 @@ mod tests {
                         let text = String::from_utf8_lossy(&full);
                         assert_eq!(scan(&full, 1), expected, "{text:?}");
                         assert_eq!(scan_with::<sse2::Kernel>(&full, 1), expected, "{text:?}");
+                        if avx2::available() {
+                            // SAFETY: the CPU has what `avx2::scan` needs (checked).
+                            assert_eq!(unsafe { avx2::scan(&full, 1) }, expected, "{text:?}");
+                        }
                         assert_eq!(scan_with::<Portable>(&full, 1), expected, "{text:?}");
                     }
                 }
