@@ -47,8 +47,19 @@ pub fn scan(b: &[u8], start: usize) -> Result<Literal, Fault> {
 
 /// How a block of bytes becomes `Masks`.
 trait Kernel {
-    /// The masks of the first 16 bytes of `block` (all clear when it has fewer).
-    fn of16(block: &[u8]) -> Masks;
+    /// The masks of the first 16 bytes of `block` (all clear when it has fewer): SSE2 on every
+    /// x86_64 CPU.
+    #[inline(always)]
+    fn of16(block: &[u8]) -> Masks {
+        #[cfg(target_arch = "x86_64")]
+        {
+            sse2::masks16(block)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Masks::portable(block.get(..16).unwrap_or(&[]))
+        }
+    }
     /// The masks of the first 64 bytes of `block`, which has at least 64.
     fn of64(block: &[u8]) -> Masks;
 }
@@ -58,9 +69,6 @@ trait Kernel {
 struct Portable;
 
 impl Kernel for Portable {
-    fn of16(block: &[u8]) -> Masks {
-        Masks::portable(block.get(..16).unwrap_or(&[]))
-    }
     fn of64(block: &[u8]) -> Masks {
         Masks::portable(block)
     }
@@ -272,11 +280,6 @@ mod sse2 {
 
     impl super::Kernel for Kernel {
         #[inline(always)]
-        fn of16(block: &[u8]) -> Masks {
-            masks16(block)
-        }
-
-        #[inline(always)]
         fn of64(block: &[u8]) -> Masks {
             let lanes = [0, 16, 32, 48].map(|at| masks16(block.get(at..).unwrap_or(&[])));
             let mut m = Masks::default();
@@ -333,7 +336,7 @@ fn cpu_has(slot: &std::sync::atomic::AtomicU8, ask: fn() -> bool) -> bool {
 /// AVX-512 (BW), whose compares give the 64-bit masks directly, where the CPU has it.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{scan_with, sse2, Fault, Literal, Masks};
+    use super::{scan_with, Fault, Literal, Masks};
     use std::arch::x86_64::{
         _mm512_and_si512, _mm512_cmpeq_epi8_mask, _mm512_cmplt_epu8_mask, _mm512_loadu_si512,
         _mm512_set1_epi8,
@@ -363,11 +366,6 @@ mod avx512 {
 
     impl super::Kernel for Kernel {
         #[inline(always)]
-        fn of16(block: &[u8]) -> Masks {
-            sse2::masks16(block)
-        }
-
-        #[inline(always)]
         fn of64(block: &[u8]) -> Masks {
             let Some(block) = block.get(..64) else {
                 return Masks::default();
@@ -391,7 +389,7 @@ mod avx512 {
 /// AVX2, with the bit-count and trailing-zero instructions, where the CPU has them.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{scan_with, sse2, Fault, Literal, Masks};
+    use super::{scan_with, Fault, Literal, Masks};
     use std::arch::x86_64::{
         __m256i, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_max_epu8,
         _mm256_movemask_epi8, _mm256_set1_epi8,
@@ -419,11 +417,6 @@ mod avx2 {
     pub struct Kernel;
 
     impl super::Kernel for Kernel {
-        #[inline(always)]
-        fn of16(block: &[u8]) -> Masks {
-            sse2::masks16(block)
-        }
-
         #[inline(always)]
         fn of64(block: &[u8]) -> Masks {
             let Some(block) = block.get(..64) else {
