@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::json::unescape::{inside_escape, unescape};
 use crate::session::{Part, Session, Source, Span, SpanKind, Verdicts};
 use crate::text::{count_chars, head_only_len, head_tail_len, head_tail_sizes};
-use crate::units::Units;
+use crate::units::{is_surrogate, Units};
 
 /// How a result renders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,7 +249,7 @@ fn narrow_units_body<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) -> bool {
         for (byte, &unit) in to.iter_mut().zip(from) {
             let unit: u32 = unit.into();
             *byte = unit.min(0xff) as u8;
-            block |= u32::from(unit & 0xffff_f800 == 0xd800);
+            block |= u32::from(is_surrogate(unit));
         }
         seen |= block != 0;
     }

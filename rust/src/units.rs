@@ -1,6 +1,13 @@
 //! The code units of Python strings kept in their own layout (one, two or four bytes per code
 //! point): slices, the lone surrogate check, the largest code point, and UTF-8.
 
+/// Whether a code unit is in U+D800..U+DFFF: in a Python `str`, a lone surrogate (a pair would
+/// be one code point above U+FFFF).
+#[inline(always)]
+pub fn is_surrogate(unit: u32) -> bool {
+    unit & 0xffff_f800 == 0xd800
+}
+
 /// The code units of a Python `str` in its own layout (PEP 393), by width: one per code point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Units<'a> {
@@ -23,21 +30,20 @@ impl<'a> Units<'a> {
         }
     }
 
-    /// Whether a unit is in U+D800..U+DFFF: blocks folded without an early exit, so the
-    /// compiler vectorizes the scan.
+    /// Whether a unit is a surrogate (`is_surrogate`): blocks folded without an early exit, so
+    /// the compiler vectorizes the scan.
     pub fn has_surrogate(self) -> bool {
+        fn any<T: Copy + Into<u32>>(units: &[T]) -> bool {
+            units.chunks(256).any(|block| {
+                block
+                    .iter()
+                    .fold(false, |seen, &u| seen | is_surrogate(u.into()))
+            })
+        }
         match self {
             Units::One(_) => false,
-            Units::Two(u) => u.chunks(256).any(|block| {
-                block
-                    .iter()
-                    .fold(false, |seen, &u| seen | (u & 0xf800 == 0xd800))
-            }),
-            Units::Four(u) => u.chunks(256).any(|block| {
-                block
-                    .iter()
-                    .fold(false, |seen, &u| seen | (u & 0xffff_f800 == 0xd800))
-            }),
+            Units::Two(u) => any(u),
+            Units::Four(u) => any(u),
         }
     }
 

@@ -6,6 +6,8 @@
 //! masks (quotes, backslashes, control characters, UTF-8 continuation bytes); the escapes of a
 //! block are then walked on its backslash mask, with no second look at the text between them.
 
+use super::unescape::hex4;
+
 /// What a literal holds, scanned to its closing quote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Literal {
@@ -189,11 +191,14 @@ impl Scan {
             }
             Some(b'u') => {
                 self.unicode = true;
-                match hex4(b, at + 2) {
+                match hex4(b.get(at + 2..).unwrap_or(&[])) {
                     Some(0xd800..=0xdbff) => {
                         let low = b.get(at + 6) == Some(&b'\\')
                             && b.get(at + 7) == Some(&b'u')
-                            && matches!(hex4(b, at + 8), Some(0xdc00..=0xdfff));
+                            && matches!(
+                                hex4(b.get(at + 8..).unwrap_or(&[])),
+                                Some(0xdc00..=0xdfff)
+                            );
                         if !low {
                             return Err(("lone surrogate in a string escape", at));
                         }
@@ -224,15 +229,6 @@ impl Scan {
             unicode: self.unicode,
         })
     }
-}
-
-pub fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
-    let digits = bytes.get(at..at + 4)?;
-    let mut value = 0u32;
-    for &d in digits {
-        value = value * 16 + char::from(d).to_digit(16)?;
-    }
-    Some(value)
 }
 
 /// Bits `n..64` (none for `n >= 64`).

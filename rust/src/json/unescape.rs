@@ -4,7 +4,8 @@
 
 use crate::text::count_chars;
 
-fn hex4(bytes: &[u8]) -> Option<u32> {
+/// The value of the four hex digits `bytes` starts with (`None` when it does not).
+pub fn hex4(bytes: &[u8]) -> Option<u32> {
     let digits = bytes.get(..4)?;
     let mut value = 0u32;
     for &d in digits {
