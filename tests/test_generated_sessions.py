@@ -79,3 +79,66 @@ def test_key_objects_of_any_origin_read_the_same():
     mixed_origin = shared[:100] + [_rekeyed(m) for m in shared[100:]]
     assert build_fork_context(mixed_origin, engine="rust") == reference
     assert build_fork_context(mixed_origin, engine="python") == reference
+
+
+class _Attrs:
+    """Objects whose `vars()` is a split-table dict (keys shared by the class, values apart)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def _fresh_key(key):
+    """An equal key that is a different `str` object (same hash, not the same pointer)."""
+    return "".join(list(key)) if isinstance(key, str) else key
+
+
+def _relaid(value, n=0):
+    """`value` with every dict in another table layout, in turn: fresh key objects, an extra
+    non-str key (a general table), 300 extra keys (two-byte indices), deleted keys (dummy
+    slots), a dict subclass, a split table. `state.input` stays as it is: it must be plain
+    JSON."""
+    if isinstance(value, list):
+        return [_relaid(v, n + i) for i, v in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
+    items = {k: v if k == "input" else _relaid(v, n + 1) for k, v in value.items()}
+    variant = n % 6
+    if variant == 0:
+        return {_fresh_key(k): v for k, v in items.items()}
+    if variant == 1:
+        return {**items, 7: "an int key"}
+    if variant == 2:
+        return {**{f"pad{i}": i for i in range(300)}, **items}
+    if variant == 3:
+        padded = {**{f"gone{i}": i for i in range(40)}, **items}
+        for i in range(40):
+            del padded[f"gone{i}"]
+        return padded
+    if variant == 4:
+        return _Dict(items)
+    split = vars(_Attrs(**items)) if all(k.isidentifier() for k in items) else items
+    return split
+
+
+class _Dict(dict):
+    """A dict subclass: read through CPython's own lookup."""
+
+
+def test_dicts_of_every_table_layout_read_the_same():
+    """The Rust walk probes exact dicts' tables itself, matching keys by identity, and leaves
+    every other case to CPython's lookup: all must read as the shared-key session does."""
+    shared = session_objects(200, "mixed")
+    reference = build_fork_context(shared, engine="python")
+    for shift in range(6):
+        relaid = [_relaid(m, shift + i) for i, m in enumerate(shared)]
+        assert build_fork_context(relaid, engine="rust") == reference, shift
+        assert build_fork_context(relaid, engine="python") == reference, shift
+
+
+def test_a_huge_message_dict_reads_the_same():
+    """A dict with four-byte table indices (over 43,690 keys) is probed like a small one."""
+    shared = session_objects(20, "mixed")
+    reference = build_fork_context(shared, engine="python")
+    huge = [{**{f"pad{i}": i for i in range(50_000)}, **m} for m in shared[:3]] + shared[3:]
+    assert build_fork_context(huge, engine="rust") == reference

@@ -14,7 +14,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use super::{Field, Kind, PartType, Source};
+use super::{dict, Field, Kind, PartType, Source};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
@@ -67,6 +67,8 @@ pub struct PySource<'py> {
     /// the key of every field, indexed by `Field as usize`: interned at first, then the
     /// caller's own key object where one was seen (see `adopt_keys`)
     keys: [Bound<'py, PyString>; FIELDS],
+    /// the hash of every key (equal texts hash alike, so adopting a key keeps it)
+    hashes: [isize; FIELDS],
     /// fields whose key was not adopted yet (bit `Field as usize`)
     unadopted: u32,
     /// dicts still to look at for keys to adopt
@@ -125,8 +127,12 @@ impl<'py> PySource<'py> {
     }
 
     pub fn new(py: Python<'py>) -> Self {
+        let keys = interned_keys(py);
+        // an interned key's hash is computed once and cached on it: this cannot fail
+        let hashes = keys.each_ref().map(|key| key.hash().unwrap_or(-1));
         Self {
-            keys: interned_keys(py),
+            keys,
+            hashes,
             unadopted: COMMON
                 .iter()
                 .fold(0, |bits, &field| bits | 1 << field as u32),
@@ -226,10 +232,13 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn get(&self, object: &Bound<'py, PyDict>, field: Field) -> Result<Self::Value, Failure> {
-        let Some(key) = self.keys.get(field as usize) else {
+        let (Some(key), Some(&hash)) = (
+            self.keys.get(field as usize),
+            self.hashes.get(field as usize),
+        ) else {
             return Ok(None);
         };
-        Ok(object.get_item(key)?.filter(|v| !v.is_none()))
+        Ok(dict::get(object, key, hash)?.filter(|v| !v.is_none()))
     }
 
     fn len(&self, array: &Seq<'py>) -> usize {
@@ -317,10 +326,13 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn input(&mut self, state: &Bound<'py, PyDict>, loc: Loc) -> Result<Option<Span>, Failure> {
-        let Some(key) = self.keys.get(Field::Input as usize) else {
+        let (Some(key), Some(&hash)) = (
+            self.keys.get(Field::Input as usize),
+            self.hashes.get(Field::Input as usize),
+        ) else {
             return Ok(None);
         };
-        let Some(value) = state.get_item(key)? else {
+        let Some(value) = dict::get(state, key, hash)? else {
             return Ok(None);
         };
         check_value(&value, 0, loc)?;

@@ -1,0 +1,166 @@
+//! Dict lookups for the walk. `json.loads` shares one key object per distinct key of a
+//! document, and the walk looks up with those very objects (see `PySource::adopt_keys`), so
+//! a lookup can match entries on identity. On the CPython versions whose table layout is
+//! written down here (3.11 and 3.12, not free-threaded) the walk probes an exact `dict`'s
+//! table itself, as CPython's `unicodekeys_lookup_unicode` does, with no call; whatever the
+//! probe cannot settle on identity alone (another table kind, a different key object with
+//! the same hash) goes to CPython's own lookup. A self-check at first use compares the two
+//! and keeps the probe off if they ever disagree.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+/// The value of `key` (whose hash is `hash`; -1: unknown) in `dict`, as
+/// `PyDict_GetItemWithError`.
+#[inline]
+pub fn get<'py>(
+    dict: &Bound<'py, PyDict>,
+    key: &Bound<'py, PyString>,
+    hash: isize,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    #[cfg(all(Py_3_11, not(Py_3_13), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
+    if hash != -1 && table::enabled(dict.py()) {
+        if let Some(found) = table::probe(dict, key, hash) {
+            return Ok(found);
+        }
+    }
+    let _ = hash;
+    dict.get_item(key)
+}
+
+#[cfg(all(Py_3_11, not(Py_3_13), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
+mod table {
+    use pyo3::ffi;
+    use pyo3::prelude::*;
+    use pyo3::sync::PyOnceLock;
+    use pyo3::types::{PyDict, PyString};
+
+    /// CPython's `struct _dictkeysobject` (3.11, 3.12: `Include/internal/pycore_dict.h`);
+    /// the index table follows it, then the entries.
+    #[repr(C)]
+    struct Keys {
+        refcnt: ffi::Py_ssize_t,
+        log2_size: u8,
+        log2_index_bytes: u8,
+        kind: u8,
+        version: u32,
+        usable: ffi::Py_ssize_t,
+        nentries: ffi::Py_ssize_t,
+        indices: [u8; 0],
+    }
+
+    /// `PyDictUnicodeEntry`: the entries of a table whose keys are all `str`.
+    #[repr(C)]
+    struct UnicodeEntry {
+        key: *mut ffi::PyObject,
+        value: *mut ffi::PyObject,
+    }
+
+    /// `DICT_KEYS_UNICODE`
+    const KIND_UNICODE: u8 = 1;
+    /// `DKIX_EMPTY`: the probe sequence ends here
+    const EMPTY: i64 = -1;
+    const PERTURB_SHIFT: u32 = 5;
+
+    static ENABLED: PyOnceLock<bool> = PyOnceLock::new();
+
+    /// Whether the probe agrees with CPython's lookup on a dict built here (checked once).
+    pub fn enabled(py: Python<'_>) -> bool {
+        *ENABLED.get_or_init(py, || self_check(py).unwrap_or(false))
+    }
+
+    fn self_check(py: Python<'_>) -> PyResult<bool> {
+        // big enough for one-byte and two-byte index tables, with deleted entries
+        for size in [3usize, 40, 300] {
+            let dict = PyDict::new(py);
+            let keys: Vec<Bound<'_, PyString>> = (0..size)
+                .map(|n| PyString::intern(py, &format!("k{n}")))
+                .collect();
+            for (n, key) in keys.iter().enumerate() {
+                dict.set_item(key, n)?;
+            }
+            for key in keys.iter().step_by(7) {
+                dict.del_item(key)?;
+            }
+            let missing = PyString::new(py, "missing");
+            for key in keys.iter().chain(std::iter::once(&missing)) {
+                let expected = dict.get_item(key)?.map(|v| v.as_ptr());
+                if let Some(found) = probe(&dict, key, key.hash()?) {
+                    if found.map(|v| v.as_ptr()) != expected {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// `Some(value)` (`Some(None)`: absent) when the table settles the lookup on identity;
+    /// `None` when only CPython's lookup can.
+    pub fn probe<'py>(
+        dict: &Bound<'py, PyDict>,
+        key: &Bound<'py, PyString>,
+        hash: isize,
+    ) -> Option<Option<Bound<'py, PyAny>>> {
+        let ptr = dict.as_ptr();
+        // SAFETY: `ptr` is a live exact `dict` (checked) and the GIL is held, so no other
+        // thread changes it, and no Python code runs during the probe. Its combined table
+        // (`ma_values` null) of kind unicode is laid out as `Keys`, then `1 << log2_size`
+        // indices of the width `log2_size` gives, then `UnicodeEntry`s (CPython's
+        // `DK_UNICODE_ENTRIES`); an index `ix >= 0` is a live entry (`ix < nentries`),
+        // checked anyway. A probe longer than the table gives up.
+        unsafe {
+            if ffi::Py_TYPE(ptr) != std::ptr::addr_of_mut!(ffi::PyDict_Type) {
+                return None;
+            }
+            let object = ptr.cast::<ffi::PyDictObject>();
+            if !(*object).ma_values.is_null() {
+                return None;
+            }
+            let keys = (*object).ma_keys.cast::<Keys>().cast_const();
+            if keys.is_null() || (*keys).kind != KIND_UNICODE {
+                return None;
+            }
+            let log2 = (*keys).log2_size;
+            let size = 1usize.checked_shl(u32::from(log2))?;
+            let mask = size - 1;
+            let indices = std::ptr::addr_of!((*keys).indices).cast::<u8>();
+            let entries = indices
+                .add(1usize << (*keys).log2_index_bytes)
+                .cast::<UnicodeEntry>();
+            let entry_count = (*keys).nentries;
+            let mut perturb = hash as usize;
+            let mut i = hash as usize & mask;
+            for _ in 0..size {
+                let ix: i64 = match log2 {
+                    0..=7 => i64::from(*indices.cast::<i8>().add(i)),
+                    8..=15 => i64::from(*indices.cast::<i16>().add(i)),
+                    16..=31 => i64::from(*indices.cast::<i32>().add(i)),
+                    _ => *indices.cast::<i64>().add(i),
+                };
+                if ix >= 0 {
+                    if ix >= entry_count as i64 {
+                        return None;
+                    }
+                    let entry = &*entries.add(ix as usize);
+                    if entry.key == key.as_ptr() {
+                        if entry.value.is_null() {
+                            return None;
+                        }
+                        return Some(Some(Bound::from_borrowed_ptr(dict.py(), entry.value)));
+                    }
+                    // an equal hash on another key object: CPython compares the text
+                    if entry.key.is_null() || (*entry.key.cast::<ffi::PyASCIIObject>()).hash == hash
+                    {
+                        return None;
+                    }
+                } else if ix == EMPTY {
+                    return Some(None);
+                }
+                perturb >>= PERTURB_SHIFT;
+                i = mask & i.wrapping_mul(5).wrapping_add(perturb).wrapping_add(1);
+            }
+            None
+        }
+    }
+}
