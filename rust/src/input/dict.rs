@@ -74,7 +74,7 @@ mod table {
         for size in [3usize, 40, 300] {
             let dict = PyDict::new(py);
             let keys: Vec<Bound<'_, PyString>> = (0..size)
-                .map(|n| PyString::intern(py, &format!("k{n}")))
+                .map(|n| PyString::new(py, &format!("k{n}")))
                 .collect();
             for (n, key) in keys.iter().enumerate() {
                 dict.set_item(key, n)?;
