@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::output::{Context, Piece};
-use crate::units::Units;
+use crate::units::{widest_in_utf8, Units};
 
 /// `context`, of `chars` code points, as a `str`. ASCII text goes through CPython's own copy;
 /// other contexts are written here into a string of the narrowest kind that holds their widest
@@ -22,19 +22,17 @@ pub fn new_str<'py>(
 ) -> PyResult<Bound<'py, PyString>> {
     // The widest lead byte decides the kind of text: 0xc2-0xc3 start U+0080-U+00FF, up to
     // 0xef the rest of the BMP, 0xf0 and above the astral planes. Code units tell their own.
-    let widest = context
-        .pieces()
-        .map(|piece| match piece {
-            Piece::Text(text) => match text.bytes().max().unwrap_or(0) {
-                0..=0x7f => 0,
-                0x80..=0xc3 => 0xff,
-                0xc4..=0xef => 0xffff,
-                _ => 0x10_ffff,
-            },
-            Piece::Units(units) => units.max_point(),
-        })
-        .max()
-        .unwrap_or(0);
+    // Once an astral character is met, nothing later can widen the kind.
+    let mut widest = 0;
+    for piece in context.pieces() {
+        widest = widest.max(match piece {
+            Piece::Text(text) => widest_in_utf8(text),
+            Piece::Units(units) => units.widest(),
+        });
+        if widest > 0xffff {
+            break;
+        }
+    }
     if widest < 0x80 {
         if let Some(text) = context.as_text() {
             return Ok(PyString::new(py, text));

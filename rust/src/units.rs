@@ -47,12 +47,26 @@ impl<'a> Units<'a> {
         }
     }
 
-    /// The largest code point (0 for none): it decides the kind of a `str` holding them.
-    pub fn max_point(self) -> u32 {
+    /// A code point of the same class as the largest (ASCII, Latin-1, BMP or astral: what
+    /// decides the kind of a `str` holding them), 0 for none. The scan goes a block at a time
+    /// and stops at the first block holding a code point of the widest class this width can
+    /// hold: the largest itself is never needed.
+    pub fn widest(self) -> u32 {
+        fn scan<T: Copy + Ord + Into<u32>>(units: &[T], top: u32) -> u32 {
+            let mut widest = 0;
+            for block in units.chunks(256) {
+                // no early exit inside a block: the compiler vectorizes the max
+                widest = widest.max(block.iter().copied().max().map_or(0, Into::into));
+                if widest >= top {
+                    break;
+                }
+            }
+            widest
+        }
         match self {
-            Units::One(u) => u.iter().copied().max().map_or(0, u32::from),
-            Units::Two(u) => u.iter().copied().max().map_or(0, u32::from),
-            Units::Four(u) => u.iter().copied().max().unwrap_or(0),
+            Units::One(u) => scan(u, 0x80),
+            Units::Two(u) => scan(u, 0x100),
+            Units::Four(u) => scan(u, 0x1_0000),
         }
     }
 
@@ -99,6 +113,75 @@ impl<'a> Units<'a> {
             Units::One(u) => push(u, out),
             Units::Two(u) => push(u, out),
             Units::Four(u) => push(u, out),
+        }
+    }
+}
+
+/// The class of the widest character of UTF-8 `text`, as `Units::widest`: 0 for ASCII, 0xff
+/// for Latin-1, 0xffff for the rest of the BMP, 0x10ffff for the astral planes, read off the
+/// lead bytes a block at a time until an astral one is met.
+pub fn widest_in_utf8(text: &str) -> u32 {
+    let mut lead = 0u8;
+    for block in text.as_bytes().chunks(256) {
+        lead = lead.max(block.iter().copied().max().unwrap_or(0));
+        if lead >= 0xf0 {
+            break;
+        }
+    }
+    match lead {
+        0..=0x7f => 0,
+        0x80..=0xc3 => 0xff,
+        0xc4..=0xef => 0xffff,
+        _ => 0x10_ffff,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn widest_finds_the_class_of_the_largest_wherever_it_is() {
+        for at in [0usize, 255, 256, 300, 999] {
+            let mut four = vec![0x4e2du32; 1000];
+            four[at] = 0x1f600;
+            assert_eq!(Units::Four(&four).widest(), 0x1f600, "{at}");
+            let bmp = vec![0x4e2du32; 1000];
+            assert_eq!(Units::Four(&bmp).widest(), 0x4e2d);
+            let mut two = vec![0x41u16; 1000];
+            two[at] = 0xe9;
+            assert_eq!(Units::Two(&two).widest(), 0xe9, "{at}");
+            two[at] = 0x4e2d;
+            assert!(
+                (0x100..=0xffff).contains(&Units::Two(&two).widest()),
+                "{at}"
+            );
+            let mut one = vec![0x41u8; 1000];
+            assert_eq!(Units::One(&one).widest(), 0x41);
+            one[at] = 0xe9;
+            assert_eq!(Units::One(&one).widest(), 0xe9, "{at}");
+        }
+        assert_eq!(Units::Four(&[]).widest(), 0);
+    }
+
+    #[test]
+    fn widest_in_utf8_reads_lead_bytes() {
+        let ascii = "a".repeat(700);
+        assert_eq!(widest_in_utf8(&ascii), 0);
+        for (c, class) in [
+            ('é', 0xff),
+            ('中', 0xffff),
+            ('😀', 0x10_ffff),
+            ('ÿ', 0xff),
+            ('Ā', 0xffff),
+        ] {
+            for at in [0usize, 255, 256, 600] {
+                let text = format!("{}{c}{}", "a".repeat(at), "a".repeat(300));
+                assert_eq!(widest_in_utf8(&text), class, "{c} at {at}");
+                let mixed = format!("{}é{}{c}", "a".repeat(at), "中".repeat(100));
+                let expect = if class == 0x10_ffff { class } else { 0xffff };
+                assert_eq!(widest_in_utf8(&mixed), expect, "{c} after CJK at {at}");
+            }
         }
     }
 }
