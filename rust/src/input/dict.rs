@@ -1,7 +1,7 @@
 //! Dict lookups for the walk. `json.loads` shares one key object per distinct key of a
 //! document, and the walk looks up with those very objects (see `PySource::adopt_keys`), so
 //! a lookup can match entries on identity. On the CPython versions whose table layout is
-//! written down here (3.11 and 3.12, not free-threaded) the walk probes an exact `dict`'s
+//! written down here (3.11 to 3.13, not free-threaded) the walk probes an exact `dict`'s
 //! table itself, as CPython's `unicodekeys_lookup_unicode` does, with no call; whatever the
 //! probe cannot settle on identity alone (another table kind, a different key object with
 //! the same hash) goes to CPython's own lookup. A self-check at first use compares the two
@@ -18,7 +18,7 @@ pub fn get<'py>(
     key: &Bound<'py, PyString>,
     hash: isize,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    #[cfg(all(Py_3_11, not(Py_3_13), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
+    #[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
     if hash != -1 && table::enabled(dict.py()) {
         if let Some(found) = table::probe(dict, key, hash) {
             return Ok(found);
@@ -28,14 +28,15 @@ pub fn get<'py>(
     dict.get_item(key)
 }
 
-#[cfg(all(Py_3_11, not(Py_3_13), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
+#[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
 mod table {
     use pyo3::ffi;
     use pyo3::prelude::*;
     use pyo3::sync::PyOnceLock;
     use pyo3::types::{PyDict, PyString};
 
-    /// CPython's `struct _dictkeysobject` (3.11, 3.12: `Include/internal/pycore_dict.h`);
+    /// CPython's `struct _dictkeysobject` (3.11 to 3.13 without free threading:
+    /// `Include/internal/pycore_dict.h`);
     /// the index table follows it, then the entries.
     #[repr(C)]
     struct Keys {
