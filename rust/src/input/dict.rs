@@ -35,9 +35,8 @@ mod table {
     use pyo3::sync::PyOnceLock;
     use pyo3::types::{PyDict, PyString};
 
-    /// CPython's `struct _dictkeysobject` (3.11 to 3.13 without free threading:
-    /// `Include/internal/pycore_dict.h`);
-    /// the index table follows it, then the entries.
+    /// CPython's `struct _dictkeysobject` (`Include/internal/pycore_dict.h`, the same in 3.11,
+    /// 3.12 and 3.13 without free threading); the index table follows it, then the entries.
     #[repr(C)]
     struct Keys {
         refcnt: ffi::Py_ssize_t,
