@@ -20,9 +20,8 @@ pub fn new_str<'py>(
     context: &Context<'_>,
     chars: usize,
 ) -> PyResult<Bound<'py, PyString>> {
-    // The widest lead byte decides the kind of text: 0xc2-0xc3 start U+0080-U+00FF, up to
-    // 0xef the rest of the BMP, 0xf0 and above the astral planes. Code units tell their own.
-    // Once an astral character is met, nothing later can widen the kind.
+    // The widest class of character decides the kind (text by its lead bytes, units by their
+    // values); once an astral character is met, nothing later can widen it.
     let mut widest = 0;
     for piece in context.pieces() {
         widest = widest.max(match piece {

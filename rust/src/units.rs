@@ -1,5 +1,5 @@
 //! The code units of Python strings kept in their own layout (one, two or four bytes per code
-//! point): slices, the lone surrogate check, the largest code point, and UTF-8.
+//! point): slices, the lone surrogate check, the class of the widest character, and UTF-8.
 
 /// Whether a code unit is in U+D800..U+DFFF: in a Python `str`, a lone surrogate (a pair would
 /// be one code point above U+FFFF).
@@ -52,21 +52,10 @@ impl<'a> Units<'a> {
     /// and stops at the first block holding a code point of the widest class this width can
     /// hold: the largest itself is never needed.
     pub fn widest(self) -> u32 {
-        fn scan<T: Copy + Ord + Into<u32>>(units: &[T], top: u32) -> u32 {
-            let mut widest = 0;
-            for block in units.chunks(256) {
-                // no early exit inside a block: the compiler vectorizes the max
-                widest = widest.max(block.iter().copied().max().map_or(0, Into::into));
-                if widest >= top {
-                    break;
-                }
-            }
-            widest
-        }
         match self {
-            Units::One(u) => scan(u, 0x80),
-            Units::Two(u) => scan(u, 0x100),
-            Units::Four(u) => scan(u, 0x1_0000),
+            Units::One(u) => max_until(u, 0x80),
+            Units::Two(u) => max_until(u, 0x100),
+            Units::Four(u) => max_until(u, 0x1_0000),
         }
     }
 
@@ -117,18 +106,24 @@ impl<'a> Units<'a> {
     }
 }
 
+/// The largest of `units` (0 for none), or the first block maximum that reaches `top`: a
+/// block at a time, with no early exit inside a block, so the compiler vectorizes the max.
+fn max_until<T: Copy + Ord + Into<u32>>(units: &[T], top: u32) -> u32 {
+    let mut widest = 0;
+    for block in units.chunks(256) {
+        widest = widest.max(block.iter().copied().max().map_or(0, Into::into));
+        if widest >= top {
+            break;
+        }
+    }
+    widest
+}
+
 /// The class of the widest character of UTF-8 `text`, as `Units::widest`: 0 for ASCII, 0xff
 /// for Latin-1, 0xffff for the rest of the BMP, 0x10ffff for the astral planes, read off the
 /// lead bytes a block at a time until an astral one is met.
 pub fn widest_in_utf8(text: &str) -> u32 {
-    let mut lead = 0u8;
-    for block in text.as_bytes().chunks(256) {
-        lead = lead.max(block.iter().copied().max().unwrap_or(0));
-        if lead >= 0xf0 {
-            break;
-        }
-    }
-    match lead {
+    match max_until(text.as_bytes(), 0xf0) {
         0..=0x7f => 0,
         0x80..=0xc3 => 0xff,
         0xc4..=0xef => 0xffff,

@@ -145,6 +145,12 @@ impl<'py> PySource<'py> {
         }
     }
 
+    /// The key object of `field` and its hash.
+    fn key(&self, field: Field) -> Option<(&Bound<'py, PyString>, isize)> {
+        let at = field as usize;
+        Some((self.keys.get(at)?, *self.hashes.get(at)?))
+    }
+
     /// The first lone surrogate in the strings kept in their own layout, in walk order, for
     /// a walk that stopped at a fault: all of them come before that point, so their fault, if
     /// any, is the first of the input. (A walk that succeeds leaves them to the render.)
@@ -232,10 +238,7 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn get(&self, object: &Bound<'py, PyDict>, field: Field) -> Result<Self::Value, Failure> {
-        let (Some(key), Some(&hash)) = (
-            self.keys.get(field as usize),
-            self.hashes.get(field as usize),
-        ) else {
+        let Some((key, hash)) = self.key(field) else {
             return Ok(None);
         };
         Ok(dict::get(object, key, hash)?.filter(|v| !v.is_none()))
@@ -326,10 +329,7 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn input(&mut self, state: &Bound<'py, PyDict>, loc: Loc) -> Result<Option<Span>, Failure> {
-        let (Some(key), Some(&hash)) = (
-            self.keys.get(Field::Input as usize),
-            self.hashes.get(Field::Input as usize),
-        ) else {
+        let Some((key, hash)) = self.key(Field::Input) else {
             return Ok(None);
         };
         let Some(value) = dict::get(state, key, hash)? else {
