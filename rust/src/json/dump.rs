@@ -74,6 +74,10 @@ impl<'a> Limited<'a> {
 pub trait Sink {
     fn put_str(&mut self, s: &str) -> Result<(), Full>;
     fn put_char(&mut self, c: char) -> Result<(), Full>;
+    /// Characters it still takes (`usize::MAX`: no limit).
+    fn room(&self) -> usize {
+        usize::MAX
+    }
 }
 
 impl Sink for String {
@@ -94,6 +98,9 @@ impl Sink for Limited<'_> {
     fn put_char(&mut self, c: char) -> Result<(), Full> {
         self.push_char(c)
     }
+    fn room(&self) -> usize {
+        self.limit - self.chars
+    }
 }
 
 fn needs_escape(b: u8) -> bool {
@@ -101,8 +108,21 @@ fn needs_escape(b: u8) -> bool {
 }
 
 /// `s` as a JSON string literal, escaped exactly as Python's `json.dumps(ensure_ascii=False)`.
+/// Reads no further than the sink can take: `n` more characters are at most `4n` bytes of
+/// text, so a preview of a long string looks at only what it shows.
 pub fn write_string<S: Sink + ?Sized>(s: &str, out: &mut S) -> Result<(), Full> {
     out.put_char('"')?;
+    let mut s = s;
+    let readable = out.room().saturating_mul(4);
+    if s.len() > readable {
+        // Still at least as many characters as the room: the sink fills before the closing
+        // quote, with the same characters as from all of `s`.
+        let mut end = readable;
+        while !s.is_char_boundary(end) {
+            end += 1;
+        }
+        s = s.get(..end).unwrap_or(s);
+    }
     let bytes = s.as_bytes();
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
@@ -308,6 +328,35 @@ mod tests {
         assert_eq!(write_string("ab\n", &mut counter), Ok(()));
         assert_eq!(counter.chars(), 6);
     }
+
+    #[test]
+    fn a_limited_string_is_the_prefix_of_the_whole() {
+        let long = format!("{}\"{}\u{1}", "a".repeat(100), "é😀x".repeat(40));
+        let texts = [
+            "",
+            "plain",
+            "a\"b\\c\nd\u{7}e\u{1f}",
+            "\n\n\n",
+            "é😀漢\t字",
+            long.as_str(),
+        ];
+        for text in texts {
+            let mut whole = String::new();
+            assert_eq!(write_string(text, &mut whole), Ok(()));
+            let total = whole.chars().count();
+            for limit in 0..=total + 2 {
+                let mut out = String::new();
+                let mut sink = Limited::new(Some(&mut out), limit);
+                let done = write_string(text, &mut sink);
+                let expect: String = whole.chars().take(limit).collect();
+                assert_eq!(out, expect, "{text:?} at {limit}");
+                assert_eq!(done.is_ok(), limit >= total, "{text:?} at {limit}");
+                let mut counter = Limited::new(None, limit);
+                let _ = write_string(text, &mut counter);
+                assert_eq!(counter.chars(), limit.min(total), "{text:?} at {limit}");
+            }
+        }
+    }
 }
 
 /// Write a JSON value, given as valid JSON text (a `state.input` slice of the document), the
@@ -320,7 +369,11 @@ pub fn dump_raw<S: Sink + ?Sized>(raw: &str, out: &mut S) -> Result<(), Full> {
         Some(b'"') => {
             let inner = raw.get(1..raw.len().saturating_sub(1)).unwrap_or("");
             if inner.contains('\\') {
-                write_string(&super::unescape::unescape(inner), out)
+                // Only the characters the sink takes are decoded: each decoded character is
+                // written as at least one.
+                let mut text = String::new();
+                super::unescape::push_prefix(inner, out.room(), &mut text);
+                write_string(&text, out)
             } else {
                 // A literal without escapes has nothing Python would escape.
                 out.put_char('"')?;
@@ -470,5 +523,26 @@ mod raw_tests {
         let mut sink = Limited::new(Some(&mut out), 5);
         assert_eq!(dump_raw(r#"{"abc": [1, 2, 3]}"#, &mut sink), Err(Full));
         assert_eq!(out, "{\"abc");
+    }
+
+    #[test]
+    fn a_limited_raw_value_is_the_prefix_of_the_whole() {
+        let raws = [
+            r#""a\nb\"c\\d\u00e9\ud83d\ude00\/e\u0001f""#,
+            r#"{"path": "x\ty", "content": "l1\nl2\nl3 \u6f22\u5b57 \ud83d\ude00 end", "n": 1.5}"#,
+            r#"["\n", "plain", "\u00e9\u00e9", {"k": "\\"}]"#,
+        ];
+        for raw in raws {
+            let whole = dump(raw);
+            let total = whole.chars().count();
+            for limit in 0..=total + 1 {
+                let mut out = String::new();
+                let mut sink = Limited::new(Some(&mut out), limit);
+                let done = dump_raw(raw, &mut sink);
+                let expect: String = whole.chars().take(limit).collect();
+                assert_eq!(out, expect, "{raw} at {limit}");
+                assert_eq!(done.is_ok(), limit >= total, "{raw} at {limit}");
+            }
+        }
     }
 }
