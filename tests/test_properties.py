@@ -352,6 +352,90 @@ def test_parameter_json_matches_python_json_dumps(value, ensure_ascii):
             )
 
 
+SPACE = st.sampled_from(["", " ", "\n", "\t", "\r\n  ", "  "])
+NUMBER_TEXT = st.sampled_from(
+    [
+        "0",
+        "-0",
+        "12",
+        "-7",
+        "1.5",
+        "-0.0",
+        "1e5",
+        "1E+2",
+        "2.5e-3",
+        "100000000000000000000",
+        "1e400",
+    ]
+)
+
+
+def _escaped_key(key: str, draw: st.DrawFn) -> str:
+    """A key literal written plainly, with `\\uXXXX` for every character, or with `\\/`."""
+    style = draw(st.sampled_from(["plain", "ascii", "unicode"]))
+    if style == "unicode":
+        return (
+            '"'
+            + "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else json.dumps(c)[1:-1] for c in key)
+            + '"'
+        )
+    return json.dumps(key, ensure_ascii=style == "ascii").replace("/", "\\/")
+
+
+@st.composite
+def raw_json(draw: st.DrawFn, depth: int = 0) -> str:
+    """JSON text as a writer other than Python's might produce it: any whitespace, escaped keys,
+    repeated keys, numbers in every notation, strings with and without `\\u` escapes."""
+    kind = draw(
+        st.sampled_from(
+            ["str", "num", "lit", "list", "dict"] if depth < 3 else ["str", "num", "lit"]
+        )
+    )
+    if kind == "str":
+        text = draw(PIECE | st.builds(lambda s, n: s * n, PIECE, st.integers(1, 200)))
+        return json.dumps(text, ensure_ascii=draw(st.booleans()))
+    if kind == "num":
+        return draw(NUMBER_TEXT)
+    if kind == "lit":
+        return draw(st.sampled_from(["true", "false", "null"]))
+    items = draw(st.lists(raw_json(depth + 1), max_size=4))
+    if kind == "list":
+        body = ",".join(draw(SPACE) + item + draw(SPACE) for item in items)
+        return "[" + body + draw(SPACE) + "]"
+    keys = [
+        _escaped_key(draw(st.sampled_from(["a", "b", "path", "é", "😀", "a/b", 'q"'])), draw)
+        for _ in items
+    ]
+    body = ",".join(
+        draw(SPACE) + key + draw(SPACE) + ":" + draw(SPACE) + item + draw(SPACE)
+        for key, item in zip(keys, items, strict=True)
+    )
+    return "{" + body + draw(SPACE) + "}"
+
+
+@SETTINGS
+@given(raw_json(), st.integers(0, 600))
+def test_parameter_json_from_any_json_text_matches_python(raw, limit):
+    """`state.input` as written by any JSON writer: both engines, from bytes and from the dicts
+    `json.loads` makes of it, write `json.dumps(json.loads(raw))`, cut at the preview limit."""
+    data = (
+        '[{"info": {}, "parts": [{"type": "tool", "state": {"status": "running", "input": '
+        + raw
+        + "}}]}]"
+    ).encode()
+    expected = json.dumps(json.loads(raw), ensure_ascii=False, separators=(",", ":"))
+    if len(expected) > limit:
+        expected = expected[:limit] + "..."
+    cfg = ForkConfig(params_tier1=limit)
+    for engine in ("rust", "python"):
+        for form in (data, json.loads(data)):
+            assert run(form, cfg, engine).context == (
+                "<inherited_context>\nUnknown:\n[Tool: unknown] "
+                + expected
+                + "\n</inherited_context>"
+            )
+
+
 @st.composite
 def session_with_compactions(draw: st.DrawFn) -> list[dict]:
     """Random messages with complete and incomplete compaction boundaries spliced in."""

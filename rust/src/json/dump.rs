@@ -2,6 +2,11 @@
 //! separators=(",", ":"))`): string escaping, float `repr`, integer digits, and a sink that
 //! stops after a number of characters so that previews never serialize more than they show.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use super::literal;
+
 /// The sink is full: the caller can stop producing output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
@@ -364,7 +369,6 @@ mod tests {
 /// keys keep the first position and the last value. Stops early when the sink is full; only
 /// the containers on the path being written are looked into.
 pub fn dump_raw<S: Sink + ?Sized>(raw: &str, out: &mut S) -> Result<(), Full> {
-    use serde_json::value::RawValue;
     match raw.as_bytes().first() {
         Some(b'"') => {
             let inner = raw.get(1..raw.len().saturating_sub(1)).unwrap_or("");
@@ -382,28 +386,24 @@ pub fn dump_raw<S: Sink + ?Sized>(raw: &str, out: &mut S) -> Result<(), Full> {
             }
         }
         Some(b'[') => {
-            let items: Vec<&RawValue> = serde_json::from_str(raw).unwrap_or_default();
             out.put_char('[')?;
-            for (n, item) in items.iter().enumerate() {
+            for (n, item) in Members::of(raw).enumerate() {
                 if n > 0 {
                     out.put_char(',')?;
                 }
-                dump_raw(item.get(), out)?;
+                dump_raw(item.value, out)?;
             }
             out.put_char(']')
         }
         Some(b'{') => {
-            let entries = serde_json::from_str::<Entries<'_>>(raw)
-                .map(|e| e.0)
-                .unwrap_or_default();
             out.put_char('{')?;
-            for (n, (key, value)) in entries.iter().enumerate() {
+            for (n, (key, value)) in entries(raw).iter().enumerate() {
                 if n > 0 {
                     out.put_char(',')?;
                 }
                 write_string(key, out)?;
                 out.put_char(':')?;
-                dump_raw(value.get(), out)?;
+                dump_raw(value, out)?;
             }
             out.put_char('}')
         }
@@ -412,87 +412,158 @@ pub fn dump_raw<S: Sink + ?Sized>(raw: &str, out: &mut S) -> Result<(), Full> {
     }
 }
 
-/// An object key, borrowed from the input when it has no escapes.
-struct Key<'de>(std::borrow::Cow<'de, str>);
+/// The entries of a JSON object, deduplicated like a Python dict built from them: a repeated
+/// key keeps its first position and takes the last value.
+fn entries(raw: &str) -> Vec<(Cow<'_, str>, &str)> {
+    let mut entries: Vec<(Cow<'_, str>, &str)> = Vec::new();
+    let mut index: Option<HashMap<Cow<'_, str>, usize>> = None;
+    for member in Members::of(raw) {
+        let key = member.key.map_or(Cow::Borrowed(""), |(key, escaped)| {
+            if escaped {
+                Cow::Owned(super::unescape::unescape(key))
+            } else {
+                Cow::Borrowed(key)
+            }
+        });
+        let found = match &index {
+            Some(index) => index.get(&key).copied(),
+            None => entries.iter().position(|(k, _)| *k == key),
+        };
+        if let Some(entry) = found.and_then(|at| entries.get_mut(at)) {
+            entry.1 = member.value;
+            continue;
+        }
+        if let Some(index) = &mut index {
+            index.insert(key.clone(), entries.len());
+        }
+        entries.push((key, member.value));
+        if index.is_none() && entries.len() > 16 {
+            index = Some(
+                entries
+                    .iter()
+                    .enumerate()
+                    .map(|(n, (k, _))| (k.clone(), n))
+                    .collect(),
+            );
+        }
+    }
+    entries
+}
 
-impl<'de> serde::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string key")
+/// A member of a JSON array or object: its key (the inside of the literal, and whether it
+/// has escapes) for an object, and the text of its value.
+struct Member<'a> {
+    key: Option<(&'a str, bool)>,
+    value: &'a str,
+}
+
+/// The members of the array or object `raw`, which the scanner has checked to be JSON. String
+/// literals are skipped with the scanner's own literal search (64 bytes at a time), so a long
+/// text in a value costs a fast pass, not a parse. On text that is not JSON it stops (never
+/// panics, never loops).
+struct Members<'a> {
+    raw: &'a str,
+    at: usize,
+    object: bool,
+}
+
+impl<'a> Members<'a> {
+    fn of(raw: &'a str) -> Self {
+        Self {
+            raw,
+            at: 1,
+            object: raw.starts_with('{'),
+        }
+    }
+
+    fn skip_space(&mut self) {
+        let b = self.raw.as_bytes();
+        while matches!(b.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// The index just past the value that starts at `at`.
+    fn value_end(&self, at: usize) -> usize {
+        let b = self.raw.as_bytes();
+        let past_literal = |start: usize| literal::scan(b, start).map_or(b.len(), |l| l.end + 1);
+        match b.get(at) {
+            Some(b'"') => past_literal(at + 1),
+            Some(b'{' | b'[') => {
+                let mut depth = 0usize;
+                let mut i = at;
+                while let Some(&c) = b.get(i) {
+                    match c {
+                        b'"' => {
+                            i = past_literal(i + 1);
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return i + 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                b.len()
             }
-            fn visit_borrowed_str<E: serde::de::Error>(
-                self,
-                v: &'de str,
-            ) -> Result<Self::Value, E> {
-                Ok(Key(std::borrow::Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            _ => {
+                let mut i = at;
+                while b.get(i).is_some_and(|c| {
+                    !matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+                }) {
+                    i += 1;
+                }
+                i
             }
         }
-        d.deserialize_str(KeyVisitor)
     }
 }
 
-/// The entries of a JSON object, deduplicated like a Python dict built from them.
-struct Entries<'a>(Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)>);
+impl<'a> Iterator for Members<'a> {
+    type Item = Member<'a>;
 
-impl<'de> serde::Deserialize<'de> for Entries<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct EntriesVisitor;
-        impl<'de> serde::de::Visitor<'de> for EntriesVisitor {
-            type Value = Entries<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut entries: Vec<(
-                    std::borrow::Cow<'de, str>,
-                    &'de serde_json::value::RawValue,
-                )> = Vec::new();
-                let mut index: Option<
-                    std::collections::HashMap<std::borrow::Cow<'de, str>, usize>,
-                > = None;
-                while let Some(key) = map.next_key::<Key<'de>>()? {
-                    let value = map.next_value()?;
-                    let key = key.0;
-                    let found = match &mut index {
-                        Some(index) => index.get(&key).copied(),
-                        None => entries.iter().position(|(k, _)| *k == key),
-                    };
-                    match found {
-                        Some(at) => {
-                            if let Some(entry) = entries.get_mut(at) {
-                                entry.1 = value;
-                            }
-                        }
-                        None => {
-                            if let Some(index) = &mut index {
-                                index.insert(key.clone(), entries.len());
-                            }
-                            entries.push((key, value));
-                            if index.is_none() && entries.len() > 16 {
-                                index = Some(
-                                    entries
-                                        .iter()
-                                        .enumerate()
-                                        .map(|(n, (k, _))| (k.clone(), n))
-                                        .collect(),
-                                );
-                            }
-                        }
-                    }
-                }
-                Ok(Entries(entries))
-            }
+    fn next(&mut self) -> Option<Member<'a>> {
+        let b = self.raw.as_bytes();
+        self.skip_space();
+        if *b.get(self.at)? == b',' {
+            self.at += 1;
+            self.skip_space();
         }
-        d.deserialize_map(EntriesVisitor)
+        let key = if self.object {
+            if *b.get(self.at)? != b'"' {
+                return None;
+            }
+            let literal = literal::scan(b, self.at + 1).ok()?;
+            let key = self.raw.get(self.at + 1..literal.end)?;
+            self.at = literal.end + 1;
+            self.skip_space();
+            if *b.get(self.at)? != b':' {
+                return None;
+            }
+            self.at += 1;
+            self.skip_space();
+            Some((key, literal.escaped))
+        } else {
+            None
+        };
+        if matches!(b.get(self.at)?, b']' | b'}') {
+            return None;
+        }
+        let start = self.at;
+        let end = self.value_end(start);
+        if end <= start {
+            return None;
+        }
+        self.at = end;
+        Some(Member {
+            key,
+            value: self.raw.get(start..end)?,
+        })
     }
 }
 
