@@ -348,18 +348,23 @@ mod tests {
         for text in texts {
             let mut whole = String::new();
             assert_eq!(write_string(text, &mut whole), Ok(()));
-            let total = whole.chars().count();
-            for limit in 0..=total + 2 {
-                let mut out = String::new();
-                let mut sink = Limited::new(Some(&mut out), limit);
-                let done = write_string(text, &mut sink);
-                let expect: String = whole.chars().take(limit).collect();
-                assert_eq!(out, expect, "{text:?} at {limit}");
-                assert_eq!(done.is_ok(), limit >= total, "{text:?} at {limit}");
-                let mut counter = Limited::new(None, limit);
-                let _ = write_string(text, &mut counter);
-                assert_eq!(counter.chars(), limit.min(total), "{text:?} at {limit}");
-            }
+            assert_prefixes(&whole, |sink| write_string(text, sink));
+        }
+    }
+
+    /// `write` into a `Limited` sink of every limit gives that many characters of `whole`
+    /// (stored or only counted), and `Full` exactly when `whole` does not fit.
+    pub fn assert_prefixes(whole: &str, write: impl Fn(&mut Limited<'_>) -> Result<(), Full>) {
+        let total = whole.chars().count();
+        for limit in 0..=total + 2 {
+            let mut out = String::new();
+            let done = write(&mut Limited::new(Some(&mut out), limit));
+            let expect: String = whole.chars().take(limit).collect();
+            assert_eq!(out, expect, "{whole:?} at {limit}");
+            assert_eq!(done.is_ok(), limit >= total, "{whole:?} at {limit}");
+            let mut counter = Limited::new(None, limit);
+            let _ = write(&mut counter);
+            assert_eq!(counter.chars(), limit.min(total), "{whole:?} at {limit}");
         }
     }
 }
@@ -604,16 +609,7 @@ mod raw_tests {
             r#"["\n", "plain", "\u00e9\u00e9", {"k": "\\"}]"#,
         ];
         for raw in raws {
-            let whole = dump(raw);
-            let total = whole.chars().count();
-            for limit in 0..=total + 1 {
-                let mut out = String::new();
-                let mut sink = Limited::new(Some(&mut out), limit);
-                let done = dump_raw(raw, &mut sink);
-                let expect: String = whole.chars().take(limit).collect();
-                assert_eq!(out, expect, "{raw} at {limit}");
-                assert_eq!(done.is_ok(), limit >= total, "{raw} at {limit}");
-            }
+            super::tests::assert_prefixes(&dump(raw), |sink| dump_raw(raw, sink));
         }
     }
 }
