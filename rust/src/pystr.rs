@@ -93,38 +93,19 @@ fn write<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<usize> {
     Some(at)
 }
 
-/// Copy code units into `out` (as many as there are, else `None`), each unit fitting `T`:
-/// widened or narrowed with AVX2 where the CPU has it (twice the units of an SSE2 step).
+/// Copy code units into `out` (as many as there are, else `None`), each unit fitting `T`.
 fn copy<T: Unit>(out: &mut [T], units: Units<'_>) -> Option<usize> {
+    fn each<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) -> Option<usize> {
+        let out = out.get_mut(..units.len())?;
+        for (to, &from) in out.iter_mut().zip(units) {
+            *to = T::of(from.into());
+        }
+        Some(units.len())
+    }
     match units {
-        Units::One(u) => copy_units(out, u),
-        Units::Two(u) => copy_units(out, u),
-        Units::Four(u) => copy_units(out, u),
-    }
-}
-
-fn copy_units<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) -> Option<usize> {
-    let out = out.get_mut(..units.len())?;
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        unsafe { copy_units_avx2(out, units) };
-        return Some(units.len());
-    }
-    copy_units_body(out, units);
-    Some(units.len())
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn copy_units_avx2<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) {
-    copy_units_body(out, units);
-}
-
-#[inline(always)]
-fn copy_units_body<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) {
-    for (to, &from) in out.iter_mut().zip(units) {
-        *to = T::of(from.into());
+        Units::One(u) => each(out, u),
+        Units::Two(u) => each(out, u),
+        Units::Four(u) => each(out, u),
     }
 }
 
@@ -156,7 +137,6 @@ mod sse2 {
 }
 
 impl Unit for u8 {
-    #[inline(always)]
     fn of(point: u32) -> Self {
         u8::try_from(point).unwrap_or(0)
     }
@@ -171,7 +151,6 @@ impl Unit for u8 {
 }
 
 impl Unit for u16 {
-    #[inline(always)]
     fn of(point: u32) -> Self {
         u16::try_from(point).unwrap_or(0)
     }
@@ -198,7 +177,6 @@ impl Unit for u16 {
 }
 
 impl Unit for u32 {
-    #[inline(always)]
     fn of(point: u32) -> Self {
         point
     }
@@ -280,7 +258,7 @@ fn decode<T: Unit>(out: &mut [T], text: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{copy, decode, write, Unit};
+    use super::{decode, write, Unit};
     use crate::output::{Context, Output};
     use crate::units::Units;
 
@@ -347,44 +325,5 @@ mod tests {
         assert_eq!(out, points(&whole));
         let mut short = vec![0u32; out.len() - 1];
         assert_eq!(write(&mut short, &c), None);
-    }
-
-    #[test]
-    fn copies_units_into_every_kind_they_fit_at_every_length() {
-        for len in 0..70usize {
-            let one: Vec<u8> = (0..len).map(|i| [0x41, 0xe9, 0xff][i % 3]).collect();
-            let two: Vec<u16> = (0..len)
-                .map(|i| [0x41, 0xe9, 0x6f22, 0xffff][i % 4])
-                .collect();
-            let four: Vec<u32> = (0..len)
-                .map(|i| [0x41, 0x6f22, 0x1f600, 0x10_ffff][i % 4])
-                .collect();
-            let widen = |units: Units<'_>| {
-                let mut out = vec![0u32; len + 1];
-                assert_eq!(copy(&mut out, units), Some(len));
-                assert_eq!(out[len], 0, "nothing written past the units");
-                out.truncate(len);
-                out
-            };
-            let as_u32 = |v: &[u8]| v.iter().map(|&u| u32::from(u)).collect::<Vec<_>>();
-            assert_eq!(widen(Units::One(&one)), as_u32(&one));
-            assert_eq!(
-                widen(Units::Two(&two)),
-                two.iter().map(|&u| u32::from(u)).collect::<Vec<_>>()
-            );
-            assert_eq!(widen(Units::Four(&four)), four);
-            let mut narrow = vec![0u8; len];
-            assert_eq!(copy(&mut narrow, Units::One(&one)), Some(len));
-            assert_eq!(narrow, one);
-            let mut half = vec![0u16; len];
-            assert_eq!(copy(&mut half, Units::One(&one)), Some(len));
-            assert_eq!(half, one.iter().map(|&u| u16::from(u)).collect::<Vec<_>>());
-            assert_eq!(copy(&mut half, Units::Two(&two)), Some(len));
-            assert_eq!(half, two);
-            if len > 0 {
-                let mut short = vec![0u16; len - 1];
-                assert_eq!(copy(&mut short, Units::Two(&two)), None);
-            }
-        }
     }
 }
