@@ -214,12 +214,13 @@ def yardstick_table(r: Results) -> str:
     return "\n".join(lines)
 
 
-def fixed_cost_line(path: Path) -> str:
+def group_line(path: Path, group: str, title: str) -> str:
+    """One benchmark group's medians per engine and form, as a sentence."""
     data = json.loads(path.read_text())
     cost: dict[tuple[str, str], float] = {}
     for bench in data["benchmarks"]:
         info = bench["extra_info"]
-        if bench.get("group") == "fork-fixed":
+        if bench.get("group") == group:
             cost[info["engine"], info["form"]] = bench["stats"]["median"]
     if not cost:
         return ""
@@ -228,7 +229,15 @@ def fixed_cost_line(path: Path) -> str:
         f" {fmt_time(cost.get((engine, 'bytes')))} from bytes"
         for engine, name in (("rust", "Rust"), ("python", "reference"), ("plain", "plain"))
     ]
-    return "Fixed cost, a 10-message session (`fork-fixed`): " + "; ".join(parts) + "."
+    return f"{title} (`{group}`): " + "; ".join(parts) + "."
+
+
+def fixed_cost_line(path: Path) -> str:
+    return group_line(path, "fork-fixed", "Fixed cost, a 10-message session")
+
+
+def long_inputs_line(path: Path) -> str:
+    return group_line(path, "fork-long-inputs", "200 `write` calls with 21 KB contents")
 
 
 def fork_report(path: Path) -> str:
@@ -247,9 +256,9 @@ def fork_report(path: Path) -> str:
         "\n### Targets\n",
         targets_table(r),
     ]
-    fixed = fixed_cost_line(path)
-    if fixed:
-        out.append("\n" + fixed)
+    for line in (fixed_cost_line(path), long_inputs_line(path)):
+        if line:
+            out.append("\n" + line)
     out += ["\n### Reference against the plain yardstick (≤ 1.0x: the reference is as fast)\n"]
     out.append(yardstick_table(r))
     return "\n".join(out)

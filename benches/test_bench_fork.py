@@ -14,6 +14,8 @@
 - ``fork-memory-{shape}``: peak RSS growth of the Rust bytes path in a fresh subprocess
   (``VmHWM``), recorded in ``extra_info`` (its time is that of the subprocess, not a result).
 - ``fork-fixed``: a 10-message session, the fixed cost of one call.
+- ``fork-long-inputs``: 200 ``write`` calls whose ``content`` is 21 KB of escaped lines (every
+  other one with non-ASCII text): previews of long parameters.
 
 Cases run shape by shape and size by size, so each generated session is built once per process.
 ``ASYNCAGENTS_BENCH_SMOKE=1`` runs 200 messages only, one or two rounds (CI).
@@ -210,3 +212,32 @@ def test_fork_fixed_cost(benchmark, engine, form):
         _run, args=(engine, data), rounds=20 if SMOKE else 2_000, iterations=1, warmup_rounds=1
     )
     assert count == 10 and text
+
+
+def long_inputs_session() -> list[dict[str, Any]]:
+    """200 `write` calls with 21 KB contents, as an agent writing files leaves them."""
+    messages = []
+    for i in range(200):
+        content = f"line {i} of the file with some text\n" * 600 + ("é漢" * 50 if i % 2 else "")
+        state = {"status": "completed", "input": {"filePath": "/w/f.py", "content": content}}
+        messages.append(
+            {
+                "info": {"id": f"msg_{i:04d}", "role": "assistant"},
+                "parts": [{"type": "tool", "tool": "write", "state": {**state, "output": "ok"}}],
+            }
+        )
+    return messages
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fork_long_inputs(benchmark, engine, form):
+    """Long tool parameters: a preview shows at most 500 characters of each."""
+    messages = long_inputs_session()
+    data = json.dumps(messages).encode() if form == "bytes" else messages
+    benchmark.group = "fork-long-inputs"
+    benchmark.extra_info.update({"messages": 200, "engine": engine, "form": form})
+    text, count = benchmark.pedantic(
+        _run, args=(engine, data), rounds=3 if SMOKE else 30, iterations=1, warmup_rounds=1
+    )
+    assert count == 200 and "[Tool: write]" in text
