@@ -602,6 +602,34 @@ mod raw_tests {
     }
 
     #[test]
+    fn text_that_is_not_json_ends_the_members() {
+        // Never given (the scanner checked the document), but it must end, not panic or loop.
+        for raw in [
+            "{",
+            "[",
+            "{,",
+            "[,,]",
+            "{\"a\"",
+            "{\"a\":",
+            "{\"a\" 1}",
+            "{1:2}",
+            "[1 2]",
+            "{]",
+            "[}",
+            "[\"unclosed",
+            "{\"a\":[{]}",
+            "[:]",
+            "{\"a\":1,,\"b\":2}",
+            "[\"\\u12\"]",
+        ] {
+            let mut out = String::new();
+            let _ = dump_raw(raw, &mut out);
+            assert!(out.starts_with(&raw[..1]), "{raw}");
+        }
+        assert_eq!(dump("[1 2]"), "[1,2]");
+    }
+
+    #[test]
     fn a_limited_raw_value_is_the_prefix_of_the_whole() {
         let raws = [
             r#""a\nb\"c\\d\u00e9\ud83d\ude00\/e\u0001f""#,
