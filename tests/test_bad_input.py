@@ -371,6 +371,56 @@ def test_input_values_from_objects(engine, value, detail):
     check(with_input(value), engine, PATH_INPUT, detail)
 
 
+class _Attrs:
+    pass
+
+
+def _input_dicts(leaf: Any) -> dict[str, dict[str, Any]]:
+    """`{"k": leaf, "n": 1}` as dicts of every table CPython makes: plain, with deleted entries,
+    with a table of general keys (a non-str key came and went), an instance's split table, a
+    subclass, and nested in lists and tuples."""
+    deleted = {"gone": 1, "k": leaf, "also": 2, "n": 1}
+    del deleted["gone"], deleted["also"]
+    general: dict[Any, Any] = {1: 0, "k": leaf, "n": 1}
+    del general[1]
+    attrs = _Attrs()
+    attrs.k = leaf  # type: ignore[attr-defined]
+    attrs.n = 1  # type: ignore[attr-defined]
+
+    class Sub(dict):  # type: ignore[type-arg]
+        pass
+
+    return {
+        "plain": {"k": leaf, "n": 1},
+        "deleted": deleted,
+        "general": general,
+        "split": vars(attrs),
+        "subclass": Sub(k=leaf, n=1),
+        "nested": {"x": [({"k": leaf, "n": 1},)]},
+    }
+
+
+@pytest.mark.parametrize("table", list(_input_dicts(0)))
+def test_input_dicts_of_every_table_kind(engine, table):
+    value = _input_dicts("v\u00e9\U0001f600")[table]
+    doc = [
+        {
+            "info": {"role": "assistant"},
+            "parts": [{"type": "tool", "tool": "t", "state": {"status": "running", "input": value}}],
+        }
+    ]
+    ctx = build_fork_context(doc, engine=engine)
+    dumped = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    assert ctx.context == framed(block("Agent", "[Tool: t] " + dumped))
+
+
+@pytest.mark.parametrize("table", list(_input_dicts(0)))
+@pytest.mark.parametrize("leaf", ["\ud800", "a\U0001f600\udfff", {"\udc00": 1}, 1j], ids=repr)
+def test_input_faults_in_dicts_of_every_table_kind(engine, table, leaf):
+    detail = "not a JSON value (complex)" if leaf == 1j else LONE
+    check(with_input(_input_dicts(leaf)[table]), engine, PATH_INPUT, detail)
+
+
 @pytest.mark.parametrize(
     ("doc", "path"),
     [

@@ -7,8 +7,17 @@
 //! the same hash) goes to CPython's own lookup. A self-check at first use compares the two
 //! and keeps the probe off if they ever disagree.
 
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
+
+/// `PyDictUnicodeEntry`: an entry of a table whose keys are all exact `str`. A deleted entry
+/// has a null key and value.
+#[repr(C)]
+pub struct Entry {
+    pub key: *mut ffi::PyObject,
+    pub value: *mut ffi::PyObject,
+}
 
 /// The value of `key` (whose hash is `hash`; -1: unknown) in `dict`, as
 /// `PyDict_GetItemWithError`.
@@ -28,12 +37,31 @@ pub fn get<'py>(
     dict.get_item(key)
 }
 
+/// The entries of `dict` when it is an exact `dict` with a combined table of exact `str` keys,
+/// in insertion order (the order of `PyDict_Next`, deleted ones included as nulls), for a scan
+/// with no call; `None` for any other dict, or where the probe is off.
+///
+/// # Safety
+/// `dict` must be a live object, the GIL held, and no Python code may run while the entries
+/// are read (nothing may change the dict).
+#[inline]
+pub unsafe fn str_entries<'a>(py: Python<'_>, dict: *mut ffi::PyObject) -> Option<&'a [Entry]> {
+    #[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
+    if table::enabled(py) {
+        return table::entries(dict);
+    }
+    let _ = (py, dict);
+    None
+}
+
 #[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
 mod table {
     use pyo3::ffi;
     use pyo3::prelude::*;
     use pyo3::sync::PyOnceLock;
     use pyo3::types::{PyDict, PyString};
+
+    use super::Entry as UnicodeEntry;
 
     /// CPython's `struct _dictkeysobject` (`Include/internal/pycore_dict.h`, the same in 3.11,
     /// 3.12 and 3.13 without free threading); the index table follows it, then the entries.
@@ -47,13 +75,6 @@ mod table {
         usable: ffi::Py_ssize_t,
         nentries: ffi::Py_ssize_t,
         indices: [u8; 0],
-    }
-
-    /// `PyDictUnicodeEntry`: the entries of a table whose keys are all `str`.
-    #[repr(C)]
-    struct UnicodeEntry {
-        key: *mut ffi::PyObject,
-        value: *mut ffi::PyObject,
     }
 
     /// `DICT_KEYS_UNICODE`
@@ -82,6 +103,15 @@ mod table {
             for key in keys.iter().step_by(7) {
                 dict.del_item(key)?;
             }
+            // SAFETY: `dict` is live and exact, the GIL is held, nothing runs meanwhile
+            let Some(entries) = (unsafe { entries(dict.as_ptr()) }) else {
+                return Ok(false);
+            };
+            let live = entries.iter().filter(|e| !e.value.is_null());
+            let listed = dict.iter().map(|(k, v)| (k.as_ptr(), v.as_ptr()));
+            if !live.map(|e| (e.key, e.value)).eq(listed) {
+                return Ok(false);
+            }
             let missing = PyString::new(py, "missing");
             for key in keys.iter().chain(std::iter::once(&missing)) {
                 let expected = dict.get_item(key)?.map(|v| v.as_ptr());
@@ -93,6 +123,50 @@ mod table {
             }
         }
         Ok(true)
+    }
+
+    /// The table of an exact `dict` whose combined table is of kind unicode.
+    ///
+    /// # Safety
+    /// `ptr` is a live object and the GIL is held.
+    unsafe fn unicode_table(ptr: *mut ffi::PyObject) -> Option<*const Keys> {
+        if ffi::Py_TYPE(ptr) != std::ptr::addr_of_mut!(ffi::PyDict_Type) {
+            return None;
+        }
+        let object = ptr.cast::<ffi::PyDictObject>();
+        if !(*object).ma_values.is_null() {
+            return None;
+        }
+        let keys = (*object).ma_keys.cast::<Keys>().cast_const();
+        if keys.is_null() || (*keys).kind != KIND_UNICODE {
+            return None;
+        }
+        Some(keys)
+    }
+
+    /// The entries of a table of `unicode_table`: the index table is `1 << log2_index_bytes`
+    /// bytes, then come `nentries` entries in use (CPython's `DK_UNICODE_ENTRIES`).
+    ///
+    /// # Safety
+    /// `keys` is a table of `unicode_table`, alive and unchanged for `'a`.
+    unsafe fn table_entries<'a>(keys: *const Keys) -> Option<&'a [UnicodeEntry]> {
+        let indices = std::ptr::addr_of!((*keys).indices).cast::<u8>();
+        let entries = indices
+            .add(1usize.checked_shl(u32::from((*keys).log2_index_bytes))?)
+            .cast::<UnicodeEntry>();
+        let count = usize::try_from((*keys).nentries).ok()?;
+        let size = 1usize.checked_shl(u32::from((*keys).log2_size))?;
+        // CPython keeps `nentries` within the entries it allocated (two thirds of `size`);
+        // the bound is a guard
+        (count <= size).then(|| std::slice::from_raw_parts(entries, count))
+    }
+
+    /// See `super::str_entries`.
+    ///
+    /// # Safety
+    /// As `super::str_entries`.
+    pub unsafe fn entries<'a>(ptr: *mut ffi::PyObject) -> Option<&'a [UnicodeEntry]> {
+        table_entries(unicode_table(ptr)?)
     }
 
     /// `Some(value)` (`Some(None)`: absent) when the table settles the lookup on identity;
@@ -110,17 +184,7 @@ mod table {
         // `DK_UNICODE_ENTRIES`); an index `ix >= 0` is a live entry (`ix < nentries`),
         // checked anyway. A probe longer than the table gives up.
         unsafe {
-            if ffi::Py_TYPE(ptr) != std::ptr::addr_of_mut!(ffi::PyDict_Type) {
-                return None;
-            }
-            let object = ptr.cast::<ffi::PyDictObject>();
-            if !(*object).ma_values.is_null() {
-                return None;
-            }
-            let keys = (*object).ma_keys.cast::<Keys>().cast_const();
-            if keys.is_null() || (*keys).kind != KIND_UNICODE {
-                return None;
-            }
+            let keys = unicode_table(ptr)?;
             let log2 = (*keys).log2_size;
             let size = 1usize.checked_shl(u32::from(log2))?;
             let mask = size - 1;

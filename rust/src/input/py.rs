@@ -432,6 +432,69 @@ fn surrogate_free(s: &Bound<'_, PyString>) -> bool {
 /// str keys, lists, tuples, str, int, float, bool, None), nested at most 64 levels, no lone
 /// surrogate in any string. Nothing is written: the dump waits for the render.
 fn check_value(value: &Bound<'_, PyAny>, level: usize, loc: Loc) -> Result<(), Failure> {
+    // SAFETY: `value` is alive (we hold it), the GIL is held, and `clean_json` runs no
+    // Python code
+    if unsafe { clean_json(value.py(), value.as_ptr(), level) } {
+        return Ok(());
+    }
+    check_value_named(value, level, loc)
+}
+
+/// Whether `value` passes `check_value`, for the common case, read with no call and no
+/// reference count: exact `dict`s whose tables hold exact `str` keys, lists, tuples, `str`,
+/// `int`, `float`, `bool`, `None`. `false` for a fault and for anything else (another type or
+/// table): `check_value_named` then walks it all again and names the fault, if any.
+///
+/// # Safety
+/// `value` must be alive, the GIL held, and no Python code may run meanwhile: the values
+/// inside are borrowed from their containers.
+unsafe fn clean_json(py: Python<'_>, value: *mut ffi::PyObject, level: usize) -> bool {
+    let kind = ffi::Py_TYPE(value);
+    if kind == std::ptr::addr_of_mut!(ffi::PyUnicode_Type) {
+        return str_clean(py, value);
+    }
+    if value == ffi::Py_None()
+        || kind == std::ptr::addr_of_mut!(ffi::PyLong_Type)
+        || kind == std::ptr::addr_of_mut!(ffi::PyFloat_Type)
+        || kind == std::ptr::addr_of_mut!(ffi::PyBool_Type)
+    {
+        return true;
+    }
+    if level + 1 > e::MAX_INPUT_DEPTH {
+        return false;
+    }
+    if kind == std::ptr::addr_of_mut!(ffi::PyList_Type) {
+        let len = ffi::PyList_GET_SIZE(value);
+        return (0..len).all(|n| clean_json(py, ffi::PyList_GET_ITEM(value, n), level + 1));
+    }
+    if kind == std::ptr::addr_of_mut!(ffi::PyTuple_Type) {
+        let len = ffi::PyTuple_GET_SIZE(value);
+        return (0..len).all(|n| clean_json(py, ffi::PyTuple_GET_ITEM(value, n), level + 1));
+    }
+    let Some(entries) = dict::str_entries(py, value) else {
+        return false;
+    };
+    entries.iter().all(|entry| {
+        entry.value.is_null()
+            || (str_clean(py, entry.key) && clean_json(py, entry.value, level + 1))
+    })
+}
+
+/// `surrogate_free` of an exact `str`, read in place only: `false` for a string that is not
+/// (a 3.11 legacy string, whose conversion could run the collector).
+///
+/// # Safety
+/// As `clean_json`, and `s` is an exact `str`.
+unsafe fn str_clean(py: Python<'_>, s: *mut ffi::PyObject) -> bool {
+    match layout(&Borrowed::from_ptr(py, s).cast_unchecked::<PyString>()) {
+        Some(Layout::Ascii(_)) => true,
+        Some(Layout::Units(units)) => !units.has_surrogate(),
+        None => false,
+    }
+}
+
+/// `check_value` the long way, through PyO3's checked casts, naming the first fault.
+fn check_value_named(value: &Bound<'_, PyAny>, level: usize, loc: Loc) -> Result<(), Failure> {
     let fail = |detail: &str| Failure::Input(InputError::new(loc.path(Some("input")), detail));
     if let Ok(s) = value.cast::<PyString>() {
         return if surrogate_free(s) {
@@ -451,7 +514,7 @@ fn check_value(value: &Bound<'_, PyAny>, level: usize, loc: Loc) -> Result<(), F
             if !surrogate_free(&key) {
                 return Err(fail(e::LONE_SURROGATE));
             }
-            check_value(&item, level + 1, loc)?;
+            check_value_named(&item, level + 1, loc)?;
         }
         return Ok(());
     }
@@ -460,7 +523,7 @@ fn check_value(value: &Bound<'_, PyAny>, level: usize, loc: Loc) -> Result<(), F
             return Err(fail(e::INPUT_TOO_DEEP));
         }
         for n in 0..items.len() {
-            check_value(&items.get(n)?, level + 1, loc)?;
+            check_value_named(&items.get(n)?, level + 1, loc)?;
         }
         return Ok(());
     }
