@@ -403,12 +403,8 @@ def _input_dicts(leaf: Any) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("table", list(_input_dicts(0)))
 def test_input_dicts_of_every_table_kind(engine, table):
     value = _input_dicts("v\u00e9\U0001f600")[table]
-    doc = [
-        {
-            "info": {"role": "assistant"},
-            "parts": [{"type": "tool", "tool": "t", "state": {"status": "running", "input": value}}],
-        }
-    ]
+    call = {"type": "tool", "tool": "t", "state": {"status": "running", "input": value}}
+    doc = [{"info": {"role": "assistant"}, "parts": [call]}]
     ctx = build_fork_context(doc, engine=engine)
     dumped = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     assert ctx.context == framed(block("Agent", "[Tool: t] " + dumped))

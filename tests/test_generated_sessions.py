@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
-from asyncagents import build_fork_context
+from asyncagents import _core, build_fork_context
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 
@@ -134,6 +135,17 @@ def test_dicts_of_every_table_layout_read_the_same():
         relaid = [_relaid(m, shift + i) for i, m in enumerate(shared)]
         assert build_fork_context(relaid, engine="rust") == reference, shift
         assert build_fork_context(relaid, engine="python") == reference, shift
+
+
+def test_dict_tables_are_probed_where_their_layout_is_known():
+    """The probe's self-check passes on the CPythons whose table layout input/dict.rs knows: a
+    change there would otherwise only show as a slower walk."""
+    known = (
+        sys.implementation.name == "cpython"
+        and (3, 11) <= sys.version_info[:2] <= (3, 13)
+        and not sysconfig.get_config_var("Py_GIL_DISABLED")
+    )
+    assert _core._probes_dict_tables() is known
 
 
 def test_a_huge_message_dict_reads_the_same():

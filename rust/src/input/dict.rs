@@ -37,6 +37,17 @@ pub fn get<'py>(
     dict.get_item(key)
 }
 
+/// Whether the walk probes dict tables itself on this interpreter (its self-check passed).
+pub fn probing(py: Python<'_>) -> bool {
+    #[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
+    return table::enabled(py);
+    #[cfg(not(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED))))]
+    {
+        let _ = py;
+        false
+    }
+}
+
 /// The entries of `dict` when it is an exact `dict` with a combined table of exact `str` keys,
 /// in insertion order (the order of `PyDict_Next`, deleted ones included as nulls), for a scan
 /// with no call; `None` for any other dict, or where the probe is off.
