@@ -476,7 +476,9 @@ unsafe fn clean_json(py: Python<'_>, value: *mut ffi::PyObject, level: usize) ->
     };
     entries.iter().all(|entry| {
         entry.value.is_null()
-            || (str_clean(py, entry.key) && clean_json(py, entry.value, level + 1))
+            || (!entry.key.is_null()
+                && str_clean(py, entry.key)
+                && clean_json(py, entry.value, level + 1))
     })
 }
 
