@@ -27,25 +27,17 @@ pub fn get<'py>(
     key: &Bound<'py, PyString>,
     hash: isize,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    #[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
     if hash != -1 && table::enabled(dict.py()) {
         if let Some(found) = table::probe(dict, key, hash) {
             return Ok(found);
         }
     }
-    let _ = hash;
     dict.get_item(key)
 }
 
 /// Whether the walk probes dict tables itself on this interpreter (its self-check passed).
 pub fn probing(py: Python<'_>) -> bool {
-    #[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
-    return table::enabled(py);
-    #[cfg(not(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED))))]
-    {
-        let _ = py;
-        false
-    }
+    table::enabled(py)
 }
 
 /// The entries of `dict` when it is an exact `dict` with a combined table of exact `str` keys,
@@ -57,12 +49,37 @@ pub fn probing(py: Python<'_>) -> bool {
 /// are read (nothing may change the dict).
 #[inline]
 pub unsafe fn str_entries<'a>(py: Python<'_>, dict: *mut ffi::PyObject) -> Option<&'a [Entry]> {
-    #[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]
     if table::enabled(py) {
-        return table::entries(dict);
+        table::entries(dict)
+    } else {
+        None
     }
-    let _ = (py, dict);
-    None
+}
+
+/// Interpreters whose table layout is not written down here: every lookup is CPython's own.
+#[cfg(not(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED))))]
+mod table {
+    use pyo3::ffi;
+    use pyo3::prelude::*;
+    use pyo3::types::{PyDict, PyString};
+
+    pub fn enabled(_py: Python<'_>) -> bool {
+        false
+    }
+
+    pub fn probe<'py>(
+        _dict: &Bound<'py, PyDict>,
+        _key: &Bound<'py, PyString>,
+        _hash: isize,
+    ) -> Option<Option<Bound<'py, PyAny>>> {
+        None
+    }
+
+    /// # Safety
+    /// Nothing is read.
+    pub unsafe fn entries<'a>(_dict: *mut ffi::PyObject) -> Option<&'a [super::Entry]> {
+        None
+    }
 }
 
 #[cfg(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED)))]

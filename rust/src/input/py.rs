@@ -421,11 +421,16 @@ fn wide_str(s: &Bound<'_, PyString>) -> Option<WideStr> {
 /// strings cannot have one; wider ones are scanned in their own code units (a legacy string
 /// not made ready: by the conversion).
 fn surrogate_free(s: &Bound<'_, PyString>) -> bool {
-    match layout(s) {
-        Some(Layout::Ascii(_)) => true,
-        Some(Layout::Units(units)) => !units.has_surrogate(),
-        None => s.to_str().is_ok(),
-    }
+    surrogate_free_in_place(s).unwrap_or_else(|| s.to_str().is_ok())
+}
+
+/// `surrogate_free` of a string read in place; `None` for one that is not (a 3.11 legacy
+/// string), which only a conversion can tell.
+fn surrogate_free_in_place(s: &Bound<'_, PyString>) -> Option<bool> {
+    Some(match layout(s)? {
+        Layout::Ascii(_) => true,
+        Layout::Units(units) => !units.has_surrogate(),
+    })
 }
 
 /// Check a `state.input` value as `check_input` of the reference does: plain JSON (dicts with
@@ -488,11 +493,8 @@ unsafe fn clean_json(py: Python<'_>, value: *mut ffi::PyObject, level: usize) ->
 /// # Safety
 /// As `clean_json`, and `s` is an exact `str`.
 unsafe fn str_clean(py: Python<'_>, s: *mut ffi::PyObject) -> bool {
-    match layout(&Borrowed::from_ptr(py, s).cast_unchecked::<PyString>()) {
-        Some(Layout::Ascii(_)) => true,
-        Some(Layout::Units(units)) => !units.has_surrogate(),
-        None => false,
-    }
+    surrogate_free_in_place(&Borrowed::from_ptr(py, s).cast_unchecked::<PyString>())
+        .unwrap_or(false)
 }
 
 /// `check_value` the long way, through PyO3's checked casts, naming the first fault.
