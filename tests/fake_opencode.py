@@ -416,7 +416,7 @@ def build_app(
                 while True:
                     try:
                         event = await asyncio.wait_for(queue.get(), heartbeat)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         event = {"id": "evt_beat", "type": "server.heartbeat", "properties": {}}
                     if event is None:
                         return

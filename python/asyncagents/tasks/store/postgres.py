@@ -152,7 +152,7 @@ class PostgresTaskStore:
                     psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs()),
                     self.connect_timeout + 5,
                 )
-            except (psycopg.Error, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, psycopg.Error, OSError) as exc:
                 raise self._error("connecting", exc) from exc
             try:
                 async with conn:
