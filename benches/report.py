@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -69,11 +70,11 @@ def run_benchmarks(out: Path, smoke: bool, module: str = "test_bench_fork.py") -
 class Results:
     """Medians (s) and memory of one `test_bench_fork.py` JSON run, by case."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, benchmarks: list[dict[str, Any]]) -> None:
         self.median: dict[tuple[str, int, str, str, str], float] = {}
         self.growth: dict[tuple[str, int], float] = {}
         self.input_bytes: dict[tuple[str, int], int] = {}
-        for bench in json.loads(path.read_text())["benchmarks"]:
+        for bench in benchmarks:
             info = bench["extra_info"]
             if "shape" not in info:
                 continue
@@ -214,11 +215,10 @@ def yardstick_table(r: Results) -> str:
     return "\n".join(lines)
 
 
-def group_line(path: Path, group: str, title: str) -> str:
+def group_line(benchmarks: list[dict[str, Any]], group: str, title: str) -> str:
     """One benchmark group's medians per engine and form, as a sentence."""
-    data = json.loads(path.read_text())
     cost: dict[tuple[str, str], float] = {}
-    for bench in data["benchmarks"]:
+    for bench in benchmarks:
         info = bench["extra_info"]
         if bench.get("group") == group:
             cost[info["engine"], info["form"]] = bench["stats"]["median"]
@@ -232,16 +232,9 @@ def group_line(path: Path, group: str, title: str) -> str:
     return f"{title} (`{group}`): " + "; ".join(parts) + "."
 
 
-def fixed_cost_line(path: Path) -> str:
-    return group_line(path, "fork-fixed", "Fixed cost, a 10-message session")
-
-
-def long_inputs_line(path: Path) -> str:
-    return group_line(path, "fork-long-inputs", "200 `write` calls with 21 KB contents")
-
-
 def fork_report(path: Path) -> str:
-    r = Results(path)
+    benchmarks = json.loads(path.read_text())["benchmarks"]
+    r = Results(benchmarks)
     out = [
         "### Fork pipeline: every shape\n",
         "Median wall time of `build_fork_context` on the sessions of `benches/generate.py`."
@@ -256,7 +249,11 @@ def fork_report(path: Path) -> str:
         "\n### Targets\n",
         targets_table(r),
     ]
-    for line in (fixed_cost_line(path), long_inputs_line(path)):
+    for group, title in (
+        ("fork-fixed", "Fixed cost, a 10-message session"),
+        ("fork-long-inputs", "200 `write` calls with 21 KB contents"),
+    ):
+        line = group_line(benchmarks, group, title)
         if line:
             out.append("\n" + line)
     out += ["\n### Reference against the plain yardstick (≤ 1.0x: the reference is as fast)\n"]
