@@ -11,6 +11,7 @@ from fork_builders import (
     CLEARED,
     assistant,
     block,
+    compaction,
     framed,
     head_only,
     head_tail,
@@ -493,6 +494,28 @@ def test_parameter_limits_from_config(fork):
         block("Agent", '[Tool: t] {"a...', "[Tool result]\no"),
         block("Agent", '[Tool: t] {"abc...', "[Tool result]\no"),
     )
+
+
+def test_a_message_kept_twice_shows_each_preview_at_its_own_tier(fork):
+    # The summary comes before its marker, whose tail starts at the summary: kept is
+    # [summary, summary (the tail), marker]. The newer copy's call is tier 1 (5 characters),
+    # the older one's tier 3 (20): both previews of the one `state.input`, each in full.
+    summary = assistant(
+        "msg_s",
+        tool("read", {"path": "abcdefghijklmnopqrstuvwxyz"}, output="ok"),
+        parent="msg_m",
+        summary=True,
+    )
+    marker = user("msg_m", compaction(tail_start_id="msg_s"))
+    config = ForkConfig(tier1_count=1, tier2_count=0, params_tier1=5, params_tier3=20)
+    ctx = fork([summary, marker], config)
+    assert ctx.context == framed(
+        block("Agent", '[Tool: read] {"path":"abcdefghijk...', "[Tool result]\nok"),
+        block("Agent", '[Tool: read] {"pat...', "[Tool result]\nok"),
+        block("User"),
+    )
+    assert ctx.stats.compaction_tail_messages == 1
+    assert ctx.stats.total_chars == len(ctx.context)
 
 
 # --- non-ASCII results ---------------------------------------------------------------------------

@@ -1,15 +1,15 @@
-//! Tool parameters as the JSON text a preview shows. From JSON, a call's `state.input` is a
-//! slice of the document, re-dumped in Python's format while it is written. From Python
-//! objects it was only checked during the walk: it is dumped here, for the messages a render
-//! measures, and never further than the longest preview needs. A long session has far more
-//! calls than the budget keeps, so the others cost nothing.
+//! Tool parameters as the JSON text a preview shows, dumped while a render measures the
+//! messages, as far as the preview of the call's tier needs and no further. From JSON, a
+//! call's `state.input` is a slice of the document, re-dumped in Python's format. From Python
+//! objects it was only checked during the walk: it is dumped here, with the GIL held. A long
+//! session has far more calls than the budget keeps, so the others cost nothing.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::errors::Failure;
 use crate::json::dump::{dump_raw, Limited};
-use crate::session::{Message, Part, Session, Span, SpanKind};
+use crate::session::{Session, Span, SpanKind};
 
 /// Dumps the checked `state.input` values of walked objects (Python's compact JSON).
 pub trait DumpInput {
@@ -44,51 +44,69 @@ impl Hasher for IndexHasher {
     }
 }
 
-/// The parameter text of one render: input index → a range of `arena`.
+/// What one input's preview text holds: `arena[start..end]`, the first `chars` characters of
+/// its JSON, which is all of it when `whole`.
+#[derive(Debug, Clone, Copy)]
+struct Dumped {
+    start: usize,
+    end: usize,
+    chars: usize,
+    whole: bool,
+}
+
+/// The parameter text of one render, by input (`Span::start`: an index into the walked inputs,
+/// or an offset into the document), dumped once, as far as the longest preview of it needs,
+/// with its length in characters, so that neither the measure nor the writer dumps or counts
+/// it again.
 #[derive(Default)]
 pub struct Params {
     arena: String,
-    dumped: HashMap<usize, (usize, usize), BuildHasherDefault<IndexHasher>>,
+    dumped: HashMap<usize, Dumped, BuildHasherDefault<IndexHasher>>,
 }
 
 impl Params {
-    /// Dump every `PyInput` of `message` not dumped yet, `chars` characters at most each.
+    /// Make the first `chars` characters of `input`'s JSON ready (all of it when shorter),
+    /// unless an earlier preview of the same input made as many.
     pub fn prepare(
         &mut self,
         session: &Session,
-        message: &Message,
+        input: Span,
         chars: usize,
         dumper: &mut dyn DumpInput,
     ) -> Result<(), Failure> {
-        for part in session.parts_of(message) {
-            let Part::Tool(call) = part else { continue };
-            let Some(input) = call.input.filter(|i| i.kind == SpanKind::PyInput) else {
-                continue;
-            };
-            if self.dumped.contains_key(&input.start) {
-                continue;
+        if let Some(done) = self.dumped.get(&input.start) {
+            if done.whole || done.chars >= chars {
+                return Ok(());
             }
-            let start = self.arena.len();
-            dumper.dump(input.start, &mut Limited::new(Some(&mut self.arena), chars))?;
-            self.dumped.insert(input.start, (start, self.arena.len()));
         }
+        let start = self.arena.len();
+        let mut sink = Limited::new(Some(&mut self.arena), chars);
+        // A full sink only means the preview has all it needs.
+        match input.kind {
+            SpanKind::PyInput => dumper.dump(input.start, &mut sink)?,
+            SpanKind::RawJson => {
+                let _ = dump_raw(session.raw(input), &mut sink);
+            }
+            _ => {
+                let _ = sink.push_str(session.raw(input));
+            }
+        }
+        let taken = sink.chars();
+        let dumped = Dumped {
+            start,
+            end: self.arena.len(),
+            chars: taken,
+            whole: taken < chars,
+        };
+        self.dumped.insert(input.start, dumped);
         Ok(())
     }
 
-    /// Write the parameter JSON of `input` into `sink` (until it is full).
-    pub fn write(&self, session: &Session, input: Span, sink: &mut Limited<'_>) {
-        // A full sink only means the preview has all it needs.
-        let _ = match input.kind {
-            SpanKind::RawJson => dump_raw(session.raw(input), sink),
-            SpanKind::PyInput => {
-                let text = self
-                    .dumped
-                    .get(&input.start)
-                    .and_then(|&(start, end)| self.arena.get(start..end))
-                    .unwrap_or("");
-                sink.push_str(text)
-            }
-            _ => sink.push_str(session.raw(input)),
-        };
+    /// The text `prepare` made for `input` and its length in characters.
+    pub fn get(&self, input: Span) -> (&str, usize) {
+        self.dumped
+            .get(&input.start)
+            .and_then(|done| Some((self.arena.get(done.start..done.end)?, done.chars)))
+            .unwrap_or(("", 0))
     }
 }

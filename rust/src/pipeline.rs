@@ -78,11 +78,6 @@ pub fn measure(
     dumper: &mut dyn DumpInput,
 ) -> Result<Measured, Failure> {
     let mut params = Params::default();
-    let widest = config
-        .params_tier1
-        .max(config.params_tier2)
-        .max(config.params_tier3)
-        .saturating_add(1);
     let mut sizes = Vec::new();
     let mut ranges = Vec::new();
     let mut end = planned.plans.len();
@@ -93,10 +88,17 @@ pub fn measure(
         let results = planned.plans.get(start..end).unwrap_or(&[]);
         ranges.push(start..end);
         end = start;
-        params.prepare(session, message, widest, dumper)?;
-        let mut count = Count::default();
-        body(session, &params, message, results, config, &mut count);
-        let this = head_len(message) + count.0;
+        let mut count = Count {
+            chars: 0,
+            params: &mut params,
+            dumper: &mut *dumper,
+            failure: None,
+        };
+        body(session, message, results, config, &mut count);
+        if let Some(failure) = count.failure {
+            return Err(failure);
+        }
+        let this = head_len(message) + count.chars;
         sizes.push(this);
         size = size.saturating_add(this);
         if must_remove(size, config) {
@@ -146,14 +148,11 @@ fn write_body<'s>(
         .get(k)
         .and_then(|range| planned.plans.get(range.clone()))
         .unwrap_or(&[]);
-    body(
-        session,
-        &measured.params,
-        message,
-        results,
-        config,
-        &mut Write(out),
-    );
+    let mut out = Write {
+        out,
+        params: &measured.params,
+    };
+    body(session, message, results, config, &mut out);
 }
 
 /// Code points of a context.
@@ -364,6 +363,35 @@ mod tests {
                  [Tool: grep] {second}\n</inherited_context>"
             )
         );
+    }
+
+    #[test]
+    fn a_message_kept_twice_shows_each_preview_at_its_own_tier() {
+        // Measured from the newest: the newer copy (tier 1, 5 characters) is dumped first,
+        // the older one (tier 3, 20 characters) needs more of the same input.
+        let doc = r#"[{"info":{"role":"assistant"},"parts":[
+            {"type":"tool","tool":"read","state":{"status":"completed",
+             "input":{"path":"abcdefghijklmnopqrstuvwxyz"},"output":"ok"}}]}]"#;
+        let s = from_json(doc);
+        let config = Config {
+            tier1_count: 1,
+            tier2_count: 0,
+            params_tier1: 5,
+            params_tier3: 20,
+            ..Config::default()
+        };
+        let out = run_ok(&s, &[0, 0], &config);
+        let message =
+            |preview: &str| format!("\nAgent:\n[Tool: read] {preview}\n[Tool result]\nok");
+        assert_eq!(
+            out.context.to_utf8(),
+            format!(
+                "<inherited_context>{}{}\n</inherited_context>",
+                message(r#"{"path":"abcdefghijk..."#),
+                message(r#"{"pat..."#)
+            )
+        );
+        assert_eq!(out.total_chars, out.context.to_utf8().chars().count());
     }
 
     #[test]

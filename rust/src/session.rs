@@ -322,7 +322,7 @@ pub struct ToolCall {
     /// a legacy call: no `state.status` (or no state at all); its parameters take the tier of
     /// the next `tool_result` of its message
     pub legacy: bool,
-    /// `state.input` (RawJson or DumpedJson), when present
+    /// `state.input` (RawJson or PyInput), when present
     pub input: Option<Span>,
     pub status_error: bool,
     /// result text (Plain/Escaped), when completed or error

@@ -5,10 +5,10 @@
 use std::borrow::Cow;
 
 use crate::config::Config;
-use crate::json::dump::Limited;
+use crate::errors::Failure;
 use crate::json::unescape;
 use crate::output::Output;
-use crate::params::Params;
+use crate::params::{DumpInput, Params};
 use crate::session::{Message, Part, Session, Span, ToolCall};
 use crate::text::{char_prefix, count_chars, cut_head_only, cut_head_tail, Cuttable};
 use crate::tiers::{Cut, ResultPlan};
@@ -48,61 +48,74 @@ pub fn head_len(message: &Message) -> usize {
 pub trait Out<'s> {
     fn text(&mut self, s: &str);
     fn span(&mut self, session: &'s Session, span: Span);
-    fn preview(&mut self, session: &'s Session, params: &Params, input: Span, limit: usize);
+    /// A tool call's parameters, cut to `limit` characters and `"..."`.
+    fn preview(&mut self, session: &'s Session, input: Span, limit: usize);
     fn result(&mut self, session: &'s Session, plan: &ResultPlan, config: &Config);
 }
 
-/// Measures in code points.
-#[derive(Default)]
-pub struct Count(pub usize);
+/// Measures in code points, dumping each preview's parameters on the way (the writer then
+/// finds them in `params`).
+pub struct Count<'p> {
+    pub chars: usize,
+    pub params: &'p mut Params,
+    pub dumper: &'p mut dyn DumpInput,
+    /// the first dump that failed (a value the caller changed since the walk)
+    pub failure: Option<Failure>,
+}
 
-impl<'s> Out<'s> for Count {
+impl<'s> Out<'s> for Count<'_> {
     fn text(&mut self, s: &str) {
-        self.0 += count_chars(s);
+        self.chars += count_chars(s);
     }
     fn span(&mut self, _: &Session, span: Span) {
-        self.0 += span.chars;
+        self.chars += span.chars;
     }
-    fn preview(&mut self, session: &Session, params: &Params, input: Span, limit: usize) {
-        let mut sink = Limited::new(None, limit.saturating_add(1));
-        params.write(session, input, &mut sink);
-        let n = sink.chars();
-        self.0 += if n > limit { limit + 3 } else { n };
+    fn preview(&mut self, session: &Session, input: Span, limit: usize) {
+        if self.failure.is_none() {
+            let wanted = limit.saturating_add(1);
+            if let Err(failure) = self.params.prepare(session, input, wanted, self.dumper) {
+                self.failure = Some(failure);
+            }
+        }
+        let (_, n) = self.params.get(input);
+        self.chars += if n > limit { limit + 3 } else { n };
     }
     fn result(&mut self, _: &Session, plan: &ResultPlan, _: &Config) {
-        self.0 += plan.len;
+        self.chars += plan.len;
     }
 }
 
-/// Builds the text (into a `String`, or a render's `Context`).
-pub struct Write<'a, O>(pub &'a mut O);
+/// Builds the text (into a `String`, or a render's `Context`), with the parameters the
+/// measure dumped.
+pub struct Write<'a, O> {
+    pub out: &'a mut O,
+    pub params: &'a Params,
+}
 
 impl<'s, O: Output<'s>> Out<'s> for Write<'_, O> {
     fn text(&mut self, s: &str) {
-        self.0.push_str(s);
+        self.out.push_str(s);
     }
     fn span(&mut self, session: &'s Session, span: Span) {
-        Stored::of(session, span).push_all(self.0);
+        Stored::of(session, span).push_all(self.out);
     }
-    fn preview(&mut self, session: &'s Session, params: &Params, input: Span, limit: usize) {
-        let mut taken = String::new();
-        let mut sink = Limited::new(Some(&mut taken), limit.saturating_add(1));
-        params.write(session, input, &mut sink);
-        if sink.chars() > limit {
-            self.0.push_str(char_prefix(&taken, limit));
-            self.0.push_str("...");
+    fn preview(&mut self, _: &'s Session, input: Span, limit: usize) {
+        let (text, n) = self.params.get(input);
+        if n > limit {
+            self.out.push_str(char_prefix(text, limit));
+            self.out.push_str("...");
         } else {
-            self.0.push_str(&taken);
+            self.out.push_str(text);
         }
     }
     fn result(&mut self, session: &'s Session, plan: &ResultPlan, config: &Config) {
         let text = Stored::of(session, plan.text);
         let chars = plan.text.chars;
         match plan.cut {
-            Cut::Full => text.push_all(self.0),
-            Cut::Marker => self.0.push_str(&config.cleared_marker),
-            Cut::HeadOnly { limit } => cut_head_only(&text, chars, limit, self.0),
-            Cut::HeadTail { head, tail } => cut_head_tail(&text, chars, head, tail, self.0),
+            Cut::Full => text.push_all(self.out),
+            Cut::Marker => self.out.push_str(&config.cleared_marker),
+            Cut::HeadOnly { limit } => cut_head_only(&text, chars, limit, self.out),
+            Cut::HeadTail { head, tail } => cut_head_tail(&text, chars, head, tail, self.out),
         }
     }
 }
@@ -157,19 +170,13 @@ impl<'a> Cuttable<'a> for Stored<'a> {
     }
 }
 
-fn tool_line<'s, O: Out<'s>>(
-    session: &'s Session,
-    params: &Params,
-    call: &ToolCall,
-    limit: usize,
-    out: &mut O,
-) {
+fn tool_line<'s, O: Out<'s>>(session: &'s Session, call: &ToolCall, limit: usize, out: &mut O) {
     out.text("[Tool: ");
     out.text(&call.name);
     out.text("]");
     if let Some(input) = call.input {
         out.text(" ");
-        out.preview(session, params, input, limit);
+        out.preview(session, input, limit);
     }
 }
 
@@ -177,7 +184,6 @@ fn tool_line<'s, O: Out<'s>>(
 /// `results` are this message's results, in part order.
 pub fn body<'s, O: Out<'s>>(
     session: &'s Session,
-    params: &Params,
     message: &Message,
     results: &[ResultPlan],
     config: &Config,
@@ -208,13 +214,7 @@ pub fn body<'s, O: Out<'s>>(
                         .and_then(|tiers| tiers.get(p).copied().flatten())
                 };
                 out.text("\n");
-                tool_line(
-                    session,
-                    params,
-                    call,
-                    config.params_limit(tier.unwrap_or(1)),
-                    out,
-                );
+                tool_line(session, call, config.params_limit(tier.unwrap_or(1)), out);
                 if let Some(plan) = result {
                     out.text("\n");
                     out.text(RESULT_HEADER);
