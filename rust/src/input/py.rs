@@ -16,7 +16,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use super::{dict, Field, Kind, PartType, Source};
 use crate::errors::{self as e, Failure, InputError, Loc};
-use crate::json::dump::{float_repr, write_string, Full, Limited, Sink};
+use crate::json::dump::{float_repr, write_ascii_string, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
 use crate::session::{first_fault, SmallStr, Span, SpanKind, Unchecked, WideStr};
 use crate::units::Units;
@@ -556,6 +556,13 @@ impl DumpInput for PyDumper<'_, '_> {
         let Some(value) = self.inputs.get(index) else {
             return Ok(());
         };
+        let mark = sink.mark();
+        // SAFETY: `value` is alive (the session holds it) and the GIL is held; `dump_in_place`
+        // runs no Python code.
+        match unsafe { dump_in_place(self.py, value.as_ptr(), sink) } {
+            Ok(true) | Err(Full) => return Ok(()),
+            Ok(false) => sink.rewind(mark),
+        }
         match dump_value(value.bind(self.py), sink) {
             Ok(()) | Err(Halt::Full) => Ok(()),
             Err(Halt::Failed(err)) => Err(err),
@@ -580,6 +587,124 @@ impl From<PyErr> for Halt {
     fn from(err: PyErr) -> Self {
         Halt::Failed(Failure::Py(err))
     }
+}
+
+/// `dump_value` of a plain value, read in place with no call and no reference count, as
+/// `clean_json` checks it: exact dicts whose tables hold only `str` keys, lists, tuples, `str`
+/// (ASCII, or with no lone surrogate), `int` within 64 bits, `float`, `bool`, `None`.
+/// `Ok(false)` as soon as anything else shows up: the caller forgets what was written and
+/// dumps the value again with `dump_value`.
+///
+/// # Safety
+/// `value` must be alive, the GIL held, and no Python code may run meanwhile: the values
+/// inside are borrowed from their containers. (Nothing here calls Python code or allocates an
+/// object the collector tracks: a string's UTF-8 form is made only once it is known to have no
+/// lone surrogate, so that it cannot fail.)
+unsafe fn dump_in_place(
+    py: Python<'_>,
+    value: *mut ffi::PyObject,
+    out: &mut Limited<'_>,
+) -> Result<bool, Full> {
+    let kind = ffi::Py_TYPE(value);
+    if kind == std::ptr::addr_of_mut!(ffi::PyUnicode_Type) {
+        return dump_str_in_place(py, value, out);
+    }
+    if value == ffi::Py_None() {
+        out.push_ascii("null")?;
+    } else if value == ffi::Py_True() {
+        out.push_ascii("true")?;
+    } else if value == ffi::Py_False() {
+        out.push_ascii("false")?;
+    } else if kind == std::ptr::addr_of_mut!(ffi::PyLong_Type) {
+        let mut overflow = 0;
+        let number = ffi::PyLong_AsLongLongAndOverflow(value, &mut overflow);
+        if overflow != 0 || (number == -1 && !ffi::PyErr_Occurred().is_null()) {
+            ffi::PyErr_Clear();
+            return Ok(false);
+        }
+        out.push_ascii(&number.to_string())?;
+    } else if kind == std::ptr::addr_of_mut!(ffi::PyFloat_Type) {
+        out.push_ascii(&float_repr(ffi::PyFloat_AS_DOUBLE(value)))?;
+    } else if kind == std::ptr::addr_of_mut!(ffi::PyList_Type) {
+        out.push_char('[')?;
+        for n in 0..ffi::PyList_GET_SIZE(value) {
+            if n > 0 {
+                out.push_char(',')?;
+            }
+            if !dump_in_place(py, ffi::PyList_GET_ITEM(value, n), out)? {
+                return Ok(false);
+            }
+        }
+        out.push_char(']')?;
+    } else if kind == std::ptr::addr_of_mut!(ffi::PyTuple_Type) {
+        out.push_char('[')?;
+        for n in 0..ffi::PyTuple_GET_SIZE(value) {
+            if n > 0 {
+                out.push_char(',')?;
+            }
+            if !dump_in_place(py, ffi::PyTuple_GET_ITEM(value, n), out)? {
+                return Ok(false);
+            }
+        }
+        out.push_char(']')?;
+    } else if let Some(entries) = dict::str_entries(py, value) {
+        out.push_char('{')?;
+        let mut first = true;
+        for entry in entries.iter().filter(|entry| !entry.value.is_null()) {
+            if entry.key.is_null() {
+                return Ok(false);
+            }
+            if !first {
+                out.push_char(',')?;
+            }
+            first = false;
+            if !dump_str_in_place(py, entry.key, out)? {
+                return Ok(false);
+            }
+            out.push_char(':')?;
+            if !dump_in_place(py, entry.value, out)? {
+                return Ok(false);
+            }
+        }
+        out.push_char('}')?;
+    } else {
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// `dump_in_place` of an exact `str`.
+///
+/// # Safety
+/// As `dump_in_place`, and `s` is an exact `str`.
+unsafe fn dump_str_in_place(
+    py: Python<'_>,
+    s: *mut ffi::PyObject,
+    out: &mut Limited<'_>,
+) -> Result<bool, Full> {
+    let ptr = s;
+    let s = Borrowed::from_ptr(py, s).cast_unchecked::<PyString>();
+    let convertible = match layout(&s) {
+        Some(Layout::Ascii(text)) => {
+            write_ascii_string(text, out)?;
+            return Ok(true);
+        }
+        // a compact string that is not ASCII: its UTF-8 form, when CPython made it already
+        Some(Layout::Units(units)) => {
+            ffi::PyUnicode_IS_COMPACT(ptr) != 0
+                && !(*ptr.cast::<ffi::PyCompactUnicodeObject>()).utf8.is_null()
+                || !units.has_surrogate()
+        }
+        None => false,
+    };
+    if !convertible {
+        return Ok(false);
+    }
+    match s.to_str() {
+        Ok(text) => write_string(text, out)?,
+        Err(_) => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// Dump a checked `state.input` value as `json.dumps(v, ensure_ascii=False,

@@ -63,6 +63,37 @@ impl<'a> Limited<'a> {
         }
     }
 
+    /// `push_str` of a string known to be ASCII: one byte a character, nothing to count.
+    pub fn push_ascii(&mut self, s: &str) -> Result<(), Full> {
+        debug_assert!(s.is_ascii());
+        let room = self.limit - self.chars;
+        if s.len() <= room {
+            self.chars += s.len();
+            if let Some(out) = self.out.as_deref_mut() {
+                out.push_str(s);
+            }
+            return Ok(());
+        }
+        self.chars += room;
+        if let Some(out) = self.out.as_deref_mut() {
+            out.push_str(s.get(..room).unwrap_or(""));
+        }
+        Err(Full)
+    }
+
+    /// Where the sink is, to go back to with `rewind`.
+    pub fn mark(&self) -> (usize, usize) {
+        (self.chars, self.out.as_deref().map_or(0, String::len))
+    }
+
+    /// Forget what was written since `mark`.
+    pub fn rewind(&mut self, (chars, len): (usize, usize)) {
+        self.chars = chars;
+        if let Some(out) = self.out.as_deref_mut() {
+            out.truncate(len);
+        }
+    }
+
     pub fn push_char(&mut self, c: char) -> Result<(), Full> {
         if self.chars >= self.limit {
             return Err(Full);
@@ -78,6 +109,10 @@ impl<'a> Limited<'a> {
 /// Something JSON text can be written to: a plain `String` or a `Limited` sink.
 pub trait Sink {
     fn put_str(&mut self, s: &str) -> Result<(), Full>;
+    /// `put_str` of a string known to be ASCII.
+    fn put_ascii(&mut self, s: &str) -> Result<(), Full> {
+        self.put_str(s)
+    }
     fn put_char(&mut self, c: char) -> Result<(), Full>;
     /// Characters it still takes (`usize::MAX`: no limit).
     fn room(&self) -> usize {
@@ -100,6 +135,9 @@ impl Sink for Limited<'_> {
     fn put_str(&mut self, s: &str) -> Result<(), Full> {
         self.push_str(s)
     }
+    fn put_ascii(&mut self, s: &str) -> Result<(), Full> {
+        self.push_ascii(s)
+    }
     fn put_char(&mut self, c: char) -> Result<(), Full> {
         self.push_char(c)
     }
@@ -112,13 +150,52 @@ fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
+/// The first byte of `bytes` at or after `at` that a JSON string escapes (`bytes.len()`:
+/// none), eight bytes at a time.
+fn next_escape(bytes: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // a byte of `x` that is zero sets its high bit here; a false one can only follow a true
+    // one (a borrow), so the lowest is exact
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        // below 0x20: the subtraction borrows into the high bit of a byte that had it clear
+        let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+        let hits = control | zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\')));
+        if hits != 0 {
+            return at + (hits.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    bytes
+        .get(at..)
+        .and_then(|rest| rest.iter().position(|&b| needs_escape(b)))
+        .map_or(bytes.len(), |found| at + found)
+}
+
 /// `s` as a JSON string literal, escaped exactly as Python's `json.dumps(ensure_ascii=False)`.
 /// Reads no further than the sink can take: `n` more characters are at most `4n` bytes of
 /// text, so a preview of a long string looks at only what it shows.
 pub fn write_string<S: Sink + ?Sized>(s: &str, out: &mut S) -> Result<(), Full> {
+    write_literal(s, false, out)
+}
+
+/// `write_string` of a string known to be ASCII (its characters are not counted).
+pub fn write_ascii_string<S: Sink + ?Sized>(s: &str, out: &mut S) -> Result<(), Full> {
+    write_literal(s, true, out)
+}
+
+fn write_literal<S: Sink + ?Sized>(s: &str, ascii: bool, out: &mut S) -> Result<(), Full> {
     out.put_char('"')?;
     let mut s = s;
-    let readable = out.room().saturating_mul(4);
+    let readable = if ascii {
+        out.room()
+    } else {
+        out.room().saturating_mul(4)
+    };
     if s.len() > readable {
         // Still at least as many characters as the room: the sink fills before the closing
         // quote, with the same characters as from all of `s`.
@@ -130,21 +207,25 @@ pub fn write_string<S: Sink + ?Sized>(s: &str, out: &mut S) -> Result<(), Full> 
     }
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if !needs_escape(b) {
-            continue;
-        }
+    loop {
+        let i = next_escape(bytes, start);
         if start < i {
-            out.put_str(&s[start..i])?;
+            let run = s.get(start..i).unwrap_or("");
+            if ascii {
+                out.put_ascii(run)?;
+            } else {
+                out.put_str(run)?;
+            }
         }
+        let Some(&b) = bytes.get(i) else { break };
         match b {
-            b'"' => out.put_str("\\\"")?,
-            b'\\' => out.put_str("\\\\")?,
-            b'\n' => out.put_str("\\n")?,
-            b'\r' => out.put_str("\\r")?,
-            b'\t' => out.put_str("\\t")?,
-            0x08 => out.put_str("\\b")?,
-            0x0c => out.put_str("\\f")?,
+            b'"' => out.put_ascii("\\\"")?,
+            b'\\' => out.put_ascii("\\\\")?,
+            b'\n' => out.put_ascii("\\n")?,
+            b'\r' => out.put_ascii("\\r")?,
+            b'\t' => out.put_ascii("\\t")?,
+            0x08 => out.put_ascii("\\b")?,
+            0x0c => out.put_ascii("\\f")?,
             _ => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 let esc = [
@@ -161,9 +242,6 @@ pub fn write_string<S: Sink + ?Sized>(s: &str, out: &mut S) -> Result<(), Full> 
             }
         }
         start = i + 1;
-    }
-    if start < bytes.len() {
-        out.put_str(&s[start..])?;
     }
     out.put_char('"')
 }
