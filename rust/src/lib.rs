@@ -5,7 +5,8 @@
 //! `utf8` (code points, validated bytes), `errors`, `config`, `session`
 //! (the internal messages), `json` (the document scanner, string decoding, Python-compatible
 //! dumps), `params` (tool parameters dumped for the messages a render shows), `input` (the
-//! message rules, generic over the JSON view and Python objects), `tiers` (stage 2),
+//! message rules, generic over the JSON view and Python objects), `pair` (the cleared
+//! marker's search), `tiers` (stage 2),
 //! `transcript` and `budget` (stage 3), `pipeline` (stages 2 and 3 end to end), `pystr` (the
 //! result `str`).
 //! This file only assembles them for Python and releases the GIL around the work.
@@ -16,6 +17,7 @@ mod errors;
 mod input;
 mod json;
 mod output;
+mod pair;
 mod params;
 mod pipeline;
 mod pystr;

@@ -13,6 +13,7 @@ use memchr::memmem;
 
 use crate::config::Config;
 use crate::json::unescape::{inside_escape, unescape};
+use crate::pair::PairFinder;
 use crate::session::{Part, Session, Source, Span, SpanKind, Verdicts};
 use crate::text::{count_chars, head_only_len, head_tail_len, head_tail_sizes};
 use crate::units::{is_surrogate, Units};
@@ -120,7 +121,7 @@ struct Found {
 /// strings of one width (a needle with a code point too wide for it cannot occur there).
 struct Encoded {
     /// the cleared marker, when it can occur
-    marker: Option<memmem::Finder<'static>>,
+    marker: Option<PairFinder>,
     /// the error patterns that can occur, and their automaton
     errors: (Vec<Vec<u8>>, Option<Arc<AhoCorasick>>),
     /// the marker (pattern 0, when it can occur) and the error patterns, and their automaton
@@ -141,7 +142,7 @@ impl Encoded {
         let errors_automaton = automaton(&errors);
         let both_automaton = automaton(&both);
         Self {
-            marker: marker.map(|m| memmem::Finder::new(&m).into_owned()),
+            marker: marker.map(|m| PairFinder::new(&m)),
             errors: (errors, errors_automaton),
             both: (both, both_automaton),
         }

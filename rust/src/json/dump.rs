@@ -164,7 +164,8 @@ fn next_escape(bytes: &[u8], mut at: usize) -> usize {
         let x = u64::from_le_bytes(word);
         // below 0x20: the subtraction borrows into the high bit of a byte that had it clear
         let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
-        let hits = control | zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\')));
+        let hits =
+            control | zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\')));
         if hits != 0 {
             return at + (hits.trailing_zeros() / 8) as usize;
         }
