@@ -3,10 +3,11 @@ parameter limits by tier."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
-from asyncagents import ForkConfig
+from asyncagents import ForkConfig, build_fork_context
 from fork_builders import (
     CLEARED,
     assistant,
@@ -494,6 +495,38 @@ def test_parameter_limits_from_config(fork):
         block("Agent", '[Tool: t] {"a...', "[Tool result]\no"),
         block("Agent", '[Tool: t] {"abc...', "[Tool result]\no"),
     )
+
+
+class _Dict(dict):  # type: ignore[type-arg]
+    pass
+
+
+class _Str(str):
+    __slots__ = ()
+
+
+def test_parameter_previews_of_every_python_value_at_every_length(engine):
+    # From dicts, Rust writes plain values in place and starts a value over the checked way at
+    # the first that is not (a big int, a subclass, a table of general keys): every cut of the
+    # preview is still the one of json.dumps.
+    general: dict[object, object] = {0: 0, "g": "\u00e9\t"}
+    del general[0]
+    value = {
+        "ascii": 'a "q" \\ \n\x01',
+        "wide": "\u00e9\U0001f600\u6f22",
+        "nums": [0, -1, 2**63 - 1, 2**70, -(2**64), 1.5, 1e16, -0.0],
+        "consts": (True, False, None),
+        "sub": _Dict(k=_Str("s\u00e9")),
+        "general": general,
+    }
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    for limit in range(len(expected) + 2):
+        msgs = [assistant("msg_1", tool("t", value, output="o"))]
+        ctx = build_fork_context(msgs, ForkConfig(params_tier1=limit), engine=engine)
+        preview = expected if len(expected) <= limit else expected[:limit] + "..."
+        assert ctx.context == framed(block("Agent", "[Tool: t] " + preview, "[Tool result]\no")), (
+            limit
+        )
 
 
 def test_a_message_kept_twice_shows_each_preview_at_its_own_tier(fork):
