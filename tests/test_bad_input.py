@@ -1010,3 +1010,28 @@ def test_a_parameter_changed_into_non_json_before_the_render_is_an_error() -> No
     value["path"] = {1, 2}
     with pytest.raises(RuntimeError, match=r"state\.input value changed"):
         session.render([0], DEFAULT_CONFIG)
+
+
+@pytest.mark.parametrize("container", ["list", "dict"])
+def test_a_parameter_changed_into_a_cycle_before_the_render_is_an_error(container) -> None:
+    """A value that holds itself (made after the walk) would never end with no preview limit:
+    past the walk's 64 levels the dump stops with the same RuntimeError, not a stack overflow."""
+    from asyncagents import _core
+    from asyncagents.config import ForkConfig
+
+    value: Any = [] if container == "list" else {}
+    session = _core.from_objects([_tool_message(value)])
+    if container == "list":
+        value.append(value)
+    else:
+        value["self"] = value
+    unlimited = ForkConfig(params_tier1=10**30)
+    with pytest.raises(RuntimeError, match=r"state\.input value changed"):
+        session.render([0], unlimited)
+    # a preview that is full before the depth matters shows what it reached
+    out = session.render([0], ForkConfig(params_tier1=10))
+    preview = "[" * 10 if container == "list" else '{"self":{"'
+    assert out.context == (
+        f"<inherited_context>\nAgent:\n[Tool: read] {preview}...\n[Tool result]\ndone"
+        "\n</inherited_context>"
+    )

@@ -559,11 +559,11 @@ impl DumpInput for PyDumper<'_, '_> {
         let mark = sink.mark();
         // SAFETY: `value` is alive (the session holds it) and the GIL is held; `dump_in_place`
         // runs no Python code.
-        match unsafe { dump_in_place(self.py, value.as_ptr(), sink) } {
+        match unsafe { dump_in_place(self.py, value.as_ptr(), 0, sink) } {
             Ok(true) | Err(Full) => return Ok(()),
             Ok(false) => sink.rewind(mark),
         }
-        match dump_value(value.bind(self.py), sink) {
+        match dump_value(value.bind(self.py), 0, sink) {
             Ok(()) | Err(Halt::Full) => Ok(()),
             Err(Halt::Failed(err)) => Err(err),
         }
@@ -603,9 +603,14 @@ impl From<PyErr> for Halt {
 unsafe fn dump_in_place(
     py: Python<'_>,
     value: *mut ffi::PyObject,
+    level: usize,
     out: &mut Limited<'_>,
 ) -> Result<bool, Full> {
     let kind = ffi::Py_TYPE(value);
+    if level > e::MAX_INPUT_DEPTH {
+        // deeper than the walk let it be: the caller changed it since (a cycle, maybe)
+        return Ok(false);
+    }
     if kind == std::ptr::addr_of_mut!(ffi::PyUnicode_Type) {
         return dump_str_in_place(py, value, out);
     }
@@ -631,7 +636,7 @@ unsafe fn dump_in_place(
             if n > 0 {
                 out.push_char(',')?;
             }
-            if !dump_in_place(py, ffi::PyList_GET_ITEM(value, n), out)? {
+            if !dump_in_place(py, ffi::PyList_GET_ITEM(value, n), level + 1, out)? {
                 return Ok(false);
             }
         }
@@ -642,7 +647,7 @@ unsafe fn dump_in_place(
             if n > 0 {
                 out.push_char(',')?;
             }
-            if !dump_in_place(py, ffi::PyTuple_GET_ITEM(value, n), out)? {
+            if !dump_in_place(py, ffi::PyTuple_GET_ITEM(value, n), level + 1, out)? {
                 return Ok(false);
             }
         }
@@ -662,7 +667,7 @@ unsafe fn dump_in_place(
                 return Ok(false);
             }
             out.push_char(':')?;
-            if !dump_in_place(py, entry.value, out)? {
+            if !dump_in_place(py, entry.value, level + 1, out)? {
                 return Ok(false);
             }
         }
@@ -710,12 +715,16 @@ unsafe fn dump_str_in_place(
 /// Dump a checked `state.input` value as `json.dumps(v, ensure_ascii=False,
 /// separators=(",", ":"))` until the sink is full. The value was checked during the walk; a
 /// caller that changed it since gets the check's error here.
-fn dump_value(value: &Bound<'_, PyAny>, out: &mut Limited<'_>) -> Result<(), Halt> {
+fn dump_value(value: &Bound<'_, PyAny>, level: usize, out: &mut Limited<'_>) -> Result<(), Halt> {
     let changed = || {
         Halt::Failed(Failure::Py(pyo3::exceptions::PyRuntimeError::new_err(
             "a state.input value changed between reading and rendering the session",
         )))
     };
+    if level > e::MAX_INPUT_DEPTH {
+        // deeper than the walk let it be (a cycle, maybe): stop before the stack does
+        return Err(changed());
+    }
     if let Ok(dict) = value.cast::<PyDict>() {
         out.put_char('{')?;
         for (n, (key, item)) in dict.iter().enumerate() {
@@ -726,7 +735,7 @@ fn dump_value(value: &Bound<'_, PyAny>, out: &mut Limited<'_>) -> Result<(), Hal
             }
             write_string(key, out)?;
             out.put_char(':')?;
-            dump_value(&item, out)?;
+            dump_value(&item, level + 1, out)?;
         }
         out.put_char('}')?;
         return Ok(());
@@ -737,7 +746,7 @@ fn dump_value(value: &Bound<'_, PyAny>, out: &mut Limited<'_>) -> Result<(), Hal
             if n > 0 {
                 out.put_char(',')?;
             }
-            dump_value(&items.get(n)?, out)?;
+            dump_value(&items.get(n)?, level + 1, out)?;
         }
         out.put_char(']')?;
         return Ok(());
