@@ -468,13 +468,8 @@ unsafe fn clean_json(py: Python<'_>, value: *mut ffi::PyObject, level: usize) ->
     if level + 1 > e::MAX_INPUT_DEPTH {
         return false;
     }
-    if kind == std::ptr::addr_of_mut!(ffi::PyList_Type) {
-        let len = ffi::PyList_GET_SIZE(value);
-        return (0..len).all(|n| clean_json(py, ffi::PyList_GET_ITEM(value, n), level + 1));
-    }
-    if kind == std::ptr::addr_of_mut!(ffi::PyTuple_Type) {
-        let len = ffi::PyTuple_GET_SIZE(value);
-        return (0..len).all(|n| clean_json(py, ffi::PyTuple_GET_ITEM(value, n), level + 1));
+    if let Some((len, item)) = exact_sequence(value) {
+        return (0..len).all(|n| clean_json(py, item(value, n), level + 1));
     }
     let Some(entries) = dict::str_entries(py, value) else {
         return false;
@@ -485,6 +480,27 @@ unsafe fn clean_json(py: Python<'_>, value: *mut ffi::PyObject, level: usize) ->
                 && str_clean(py, entry.key)
                 && clean_json(py, entry.value, level + 1))
     })
+}
+
+/// Reads the item at an index of a list or tuple, borrowed.
+type ItemAt = unsafe fn(*mut ffi::PyObject, ffi::Py_ssize_t) -> *mut ffi::PyObject;
+
+/// The length of `value` and how to read its items, when it is an exact `list` or `tuple`.
+///
+/// # Safety
+/// `value` must be a live object and the GIL held.
+unsafe fn exact_sequence(value: *mut ffi::PyObject) -> Option<(ffi::Py_ssize_t, ItemAt)> {
+    let kind = ffi::Py_TYPE(value);
+    if kind == std::ptr::addr_of_mut!(ffi::PyList_Type) {
+        Some((ffi::PyList_GET_SIZE(value), ffi::PyList_GET_ITEM as ItemAt))
+    } else if kind == std::ptr::addr_of_mut!(ffi::PyTuple_Type) {
+        Some((
+            ffi::PyTuple_GET_SIZE(value),
+            ffi::PyTuple_GET_ITEM as ItemAt,
+        ))
+    } else {
+        None
+    }
 }
 
 /// `surrogate_free` of an exact `str`, read in place only: `false` for a string that is not
@@ -630,24 +646,13 @@ unsafe fn dump_in_place(
         out.push_ascii(&number.to_string())?;
     } else if kind == std::ptr::addr_of_mut!(ffi::PyFloat_Type) {
         out.push_ascii(&float_repr(ffi::PyFloat_AS_DOUBLE(value)))?;
-    } else if kind == std::ptr::addr_of_mut!(ffi::PyList_Type) {
+    } else if let Some((len, item)) = exact_sequence(value) {
         out.push_char('[')?;
-        for n in 0..ffi::PyList_GET_SIZE(value) {
+        for n in 0..len {
             if n > 0 {
                 out.push_char(',')?;
             }
-            if !dump_in_place(py, ffi::PyList_GET_ITEM(value, n), level + 1, out)? {
-                return Ok(false);
-            }
-        }
-        out.push_char(']')?;
-    } else if kind == std::ptr::addr_of_mut!(ffi::PyTuple_Type) {
-        out.push_char('[')?;
-        for n in 0..ffi::PyTuple_GET_SIZE(value) {
-            if n > 0 {
-                out.push_char(',')?;
-            }
-            if !dump_in_place(py, ffi::PyTuple_GET_ITEM(value, n), level + 1, out)? {
+            if !dump_in_place(py, item(value, n), level + 1, out)? {
                 return Ok(false);
             }
         }
