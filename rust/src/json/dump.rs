@@ -401,6 +401,38 @@ mod tests {
     }
 
     #[test]
+    fn the_next_escape_is_found_at_every_place_of_a_word() {
+        // every byte value at every offset of a 17-byte text (two words and a tail), among
+        // fillers next to what the word arithmetic compares with (0x20, `"` 0x22, `\` 0x5c)
+        // or with the high bit set
+        for filler in [b'a', 0x20, 0x21, 0x23, 0x5d, 0x7f, 0x80, 0xff] {
+            for at in 0..17 {
+                for byte in 0..=255u8 {
+                    let mut text = vec![filler; 17];
+                    text[at] = byte;
+                    let want = text.iter().position(|&b| needs_escape(b)).unwrap_or(17);
+                    assert_eq!(next_escape(&text, 0), want, "{filler:#x} {at} {byte:#x}");
+                    if let Some(after) = want.checked_add(1).filter(|&n| n <= 17) {
+                        let rest = text[after..].iter().position(|&b| needs_escape(b));
+                        assert_eq!(next_escape(&text, after), rest.map_or(17, |p| after + p));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ascii_strings_escape_and_stop_as_any_string() {
+        let text = "a\"b\\c\n\u{1}d".repeat(5);
+        let mut whole = String::new();
+        assert_eq!(write_ascii_string(&text, &mut whole), Ok(()));
+        let mut plain = String::new();
+        assert_eq!(write_string(&text, &mut plain), Ok(()));
+        assert_eq!(whole, plain);
+        assert_prefixes(&whole, |sink| write_ascii_string(&text, sink));
+    }
+
+    #[test]
     fn limited_sink_stops_on_char_boundaries() {
         let mut out = String::new();
         let mut sink = Limited::new(Some(&mut out), 3);
