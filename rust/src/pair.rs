@@ -11,9 +11,8 @@ use memchr::memmem;
 #[cfg(target_arch = "x86_64")]
 const VECTOR_FROM: usize = 256;
 
-/// A needle and its searchers.
+/// A needle's searchers (`memmem` holds the needle).
 pub struct PairFinder {
-    needle: Vec<u8>,
     memmem: memmem::Finder<'static>,
     /// the offsets of the two bytes the vector loop compares first
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -23,7 +22,6 @@ pub struct PairFinder {
 impl PairFinder {
     pub fn new(needle: &[u8]) -> Self {
         Self {
-            needle: needle.to_vec(),
             memmem: memmem::Finder::new(needle).into_owned(),
             pair: Pair::new(needle).map(|p| (usize::from(p.index1()), usize::from(p.index2()))),
         }
@@ -39,7 +37,7 @@ impl PairFinder {
             {
                 // SAFETY: the CPU has AVX-512 F and BW (checked just above); `Pair` gives
                 // offsets inside the needle.
-                return unsafe { avx512::find(hay, &self.needle, first, second, &self.memmem) };
+                return unsafe { avx512::find(hay, first, second, &self.memmem) };
             }
         }
         self.memmem.find(hay)
@@ -68,17 +66,18 @@ mod avx512 {
     }
 
     /// # Safety
-    /// The CPU must have AVX-512 F and BW; `first` and `second` are offsets inside `needle`.
+    /// The CPU must have AVX-512 F and BW; `first` and `second` are offsets inside the
+    /// needle of `finder`, which also searches what is left after the last full step.
     #[target_feature(enable = "avx512f,avx512bw")]
     pub unsafe fn find(
         hay: &[u8],
-        needle: &[u8],
         first: usize,
         second: usize,
-        rest: &memmem::Finder<'_>,
+        finder: &memmem::Finder<'_>,
     ) -> Option<usize> {
+        let needle = finder.needle();
         let (Some(&b1), Some(&b2)) = (needle.get(first), needle.get(second)) else {
-            return rest.find(hay);
+            return finder.find(hay);
         };
         let last = hay.len().checked_sub(needle.len())?;
         let v1 = _mm512_set1_epi8(b1 as i8);
@@ -104,7 +103,8 @@ mod avx512 {
             }
             at += STEP;
         }
-        rest.find(hay.get(at..).unwrap_or(&[]))
+        finder
+            .find(hay.get(at..).unwrap_or(&[]))
             .map(|found| at + found)
     }
 }
