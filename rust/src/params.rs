@@ -66,17 +66,17 @@ pub struct Params {
 
 impl Params {
     /// Make the first `chars` characters of `input`'s JSON ready (all of it when shorter),
-    /// unless an earlier preview of the same input made as many.
+    /// unless an earlier preview of the same input made as many; the characters made.
     pub fn prepare(
         &mut self,
         session: &Session,
         input: Span,
         chars: usize,
         dumper: &mut dyn DumpInput,
-    ) -> Result<(), Failure> {
+    ) -> Result<usize, Failure> {
         if let Some(done) = self.dumped.get(&input.start) {
             if done.whole || done.chars >= chars {
-                return Ok(());
+                return Ok(done.chars);
             }
         }
         let start = self.arena.len();
@@ -99,7 +99,7 @@ impl Params {
             whole: taken < chars,
         };
         self.dumped.insert(input.start, dumped);
-        Ok(())
+        Ok(taken)
     }
 
     /// The text `prepare` made for `input` and its length in characters.

@@ -71,14 +71,15 @@ impl<'s> Out<'s> for Count<'_> {
         self.chars += span.chars;
     }
     fn preview(&mut self, session: &Session, input: Span, limit: usize) {
-        if self.failure.is_none() {
-            let wanted = limit.saturating_add(1);
-            if let Err(failure) = self.params.prepare(session, input, wanted, self.dumper) {
-                self.failure = Some(failure);
-            }
+        if self.failure.is_some() {
+            // the measure fails anyway: nothing more to dump or count
+            return;
         }
-        let (_, n) = self.params.get(input);
-        self.chars += if n > limit { limit + 3 } else { n };
+        let wanted = limit.saturating_add(1);
+        match self.params.prepare(session, input, wanted, self.dumper) {
+            Ok(n) => self.chars += if n > limit { limit + 3 } else { n },
+            Err(failure) => self.failure = Some(failure),
+        }
     }
     fn result(&mut self, _: &Session, plan: &ResultPlan, _: &Config) {
         self.chars += plan.len;
