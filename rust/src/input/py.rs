@@ -398,22 +398,30 @@ fn ascii_text<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a str> {
 /// UTF-8.
 fn wide_str(s: &Bound<'_, PyString>) -> Option<WideStr> {
     let ptr = s.as_ptr();
-    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL). A compact string that
-    // is not ASCII is a `PyCompactUnicodeObject` (an ASCII one is not: it is checked first),
-    // whose `utf8` field is set once CPython has made its UTF-8 form (so it has no lone
-    // surrogate): then that form is read instead.
-    let read_as_utf8 = unsafe {
-        ffi::PyUnicode_IS_ASCII(ptr) != 0
-            || ffi::PyUnicode_IS_COMPACT(ptr) == 0
-            || !(*ptr.cast::<ffi::PyCompactUnicodeObject>()).utf8.is_null()
-    };
-    if read_as_utf8 {
+    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL).
+    let compact_wide =
+        unsafe { ffi::PyUnicode_IS_ASCII(ptr) == 0 && ffi::PyUnicode_IS_COMPACT(ptr) != 0 };
+    // its UTF-8 form, once CPython has made it (so it has no lone surrogate), is read instead
+    if !compact_wide || has_utf8_form(s) {
         return None;
     }
     match layout(s)? {
         Layout::Ascii(_) => None,
         // SAFETY: the units are `s`'s own, and the `WideStr` keeps `s` alive.
         Layout::Units(units) => Some(unsafe { WideStr::new(s.clone().unbind(), units) }),
+    }
+}
+
+/// Whether CPython has made and kept the UTF-8 form of a compact string that is not ASCII.
+fn has_utf8_form(s: &Bound<'_, PyString>) -> bool {
+    let ptr = s.as_ptr();
+    // SAFETY: `ptr` is a live `str` (we hold a reference and the GIL). A compact string that
+    // is not ASCII is a `PyCompactUnicodeObject` (an ASCII one is not: it is checked first),
+    // whose `utf8` field is set once CPython has made its UTF-8 form.
+    unsafe {
+        ffi::PyUnicode_IS_ASCII(ptr) == 0
+            && ffi::PyUnicode_IS_COMPACT(ptr) != 0
+            && !(*ptr.cast::<ffi::PyCompactUnicodeObject>()).utf8.is_null()
     }
 }
 
@@ -692,19 +700,13 @@ unsafe fn dump_str_in_place(
     s: *mut ffi::PyObject,
     out: &mut Limited<'_>,
 ) -> Result<bool, Full> {
-    let ptr = s;
     let s = Borrowed::from_ptr(py, s).cast_unchecked::<PyString>();
     let convertible = match layout(&s) {
         Some(Layout::Ascii(text)) => {
             write_ascii_string(text, out)?;
             return Ok(true);
         }
-        // a compact string that is not ASCII: its UTF-8 form, when CPython made it already
-        Some(Layout::Units(units)) => {
-            ffi::PyUnicode_IS_COMPACT(ptr) != 0
-                && !(*ptr.cast::<ffi::PyCompactUnicodeObject>()).utf8.is_null()
-                || !units.has_surrogate()
-        }
+        Some(Layout::Units(units)) => has_utf8_form(&s) || !units.has_surrogate(),
         None => false,
     };
     if !convertible {
