@@ -12,6 +12,10 @@ walk the very same objects, round after round, in alternating order.
 
 Prints the median of the walk alone (`from_objects`) and of the whole call (walk, compaction
 slice, render) for each build and the ratio B/A; `--fresh` parses a new list before each call.
+
+Alternated one call at a time, a build's walk follows the other build's render. A change to
+what a render leaves in the cache (how it reads the text it searches) then shows in the other
+build's walk: `--block K` runs K calls of one build in a row and times only the last K - 2.
 """
 
 from __future__ import annotations
@@ -64,6 +68,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--fresh", action="store_true", help="a new list for every call")
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=1,
+        help="calls of one build in a row (the first two of a block of 3 or more untimed)",
+    )
     args = parser.parse_args(argv)
     builds = {"A": load(args.a, "a"), "B": load(args.b, "b")}
     config = ForkConfig()
@@ -74,13 +84,16 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(3):  # untimed: both builds once over the objects
             for core in builds.values():
                 one_call(core, messages, config)
+        untimed = 2 if args.block >= 3 else 0
         for n in range(args.rounds):
             for tag in ("A", "B") if n % 2 == 0 else ("B", "A"):
-                if args.fresh:
-                    messages = json.loads(raw)
-                walk, whole = one_call(builds[tag], messages, config)
-                times[tag][0].append(walk)
-                times[tag][1].append(whole)
+                for k in range(max(args.block, 1)):
+                    if args.fresh:
+                        messages = json.loads(raw)
+                    walk, whole = one_call(builds[tag], messages, config)
+                    if k >= untimed:
+                        times[tag][0].append(walk)
+                        times[tag][1].append(whole)
         (a_walk, a_whole), (b_walk, b_whole) = (
             (statistics.median(times[t][0]) * 1e3, statistics.median(times[t][1]) * 1e3)
             for t in ("A", "B")
