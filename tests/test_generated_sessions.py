@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import sysconfig
 from pathlib import Path
@@ -69,7 +70,6 @@ def test_key_objects_of_any_origin_read_the_same():
     """The Rust walk looks keys up with the caller's own key objects once it has seen them (one
     per document from `json.loads`). Messages parsed one by one (a key object per message) or
     keyed by str subclasses must read exactly as the shared-key session does."""
-    import json
 
     data = session_bytes(200, "mixed")
     shared = session_objects(200, "mixed")
@@ -104,7 +104,11 @@ def _relaid(value, n=0):
     if not isinstance(value, dict):
         return value
     items = {k: v if k == "input" else _relaid(v, n + 1) for k, v in value.items()}
-    variant = n % 6
+    return _laid_out(items, n % 6)
+
+
+def _laid_out(items, variant):
+    """A dict of `items` in table layout `variant` (see `_relaid`)."""
     if variant == 0:
         return {_fresh_key(k): v for k, v in items.items()}
     if variant == 1:
@@ -146,6 +150,56 @@ def test_dict_tables_are_probed_where_their_layout_is_known():
         and not sysconfig.get_config_var("Py_GIL_DISABLED")
     )
     assert _core._probes_dict_tables() is known
+
+
+def test_plain_objects_are_walked_borrowed_and_the_rest_again_checked():
+    """From plain dicts and lists the walk reads borrowed, with no reference counts; any
+    other type or table stops it and the checked walk reads the messages again (the session
+    is the same either way: the tests above). A stop on plain input would only show as a
+    slower walk."""
+    known = _core._probes_dict_tables()
+    for shape in SHAPES:
+        messages = session_objects(60, shape)
+        assert _core._walks_borrowed(messages) is known, shape
+        assert _core._walks_borrowed(tuple(messages)) is known, shape
+        assert _core._walks_borrowed({"info": {}, "messages": messages}) is known, shape
+    shared = session_objects(40, "mixed")
+
+    def every_dict(value, variant):
+        if isinstance(value, list):
+            return [every_dict(v, variant) for v in value]
+        if not isinstance(value, dict):
+            return value
+        items = {k: v if k == "input" else every_dict(v, variant) for k, v in value.items()}
+        return _laid_out(items, variant)
+
+    # fresh key objects (matched on their text), two-byte indices, deleted entries: borrowed
+    for variant in (0, 2, 3):
+        assert _core._walks_borrowed(every_dict(shared, variant)) is known, variant
+    # a general table, a dict subclass, in one message: read again, checked
+    for variant in (1, 4):
+        relaid = [every_dict(m, variant) if i == 7 else m for i, m in enumerate(shared)]
+        assert _core._walks_borrowed(relaid) is False, variant
+        assert build_fork_context(relaid) == build_fork_context(shared), variant
+    # a str subclass, an int subclass, a fault: read again, checked
+    tool = next(
+        (i, j)
+        for i, m in enumerate(shared)
+        for j, p in enumerate(m["parts"])
+        if p["type"] == "tool" and p["state"].get("status") == "completed"
+    )
+    for change in (
+        lambda p: p.update(tool=_Key(p["tool"])),
+        lambda p: p["state"].update(time={"compacted": _Int(5)}),
+        lambda p: p.update(tool=5),
+    ):
+        copy = json.loads(json.dumps(shared))
+        change(copy[tool[0]]["parts"][tool[1]])
+        assert _core._walks_borrowed(copy) is False
+
+
+class _Int(int):
+    """An int subclass: a number the borrowed walk leaves to the checked one."""
 
 
 def test_a_huge_message_dict_reads_the_same():

@@ -4,7 +4,14 @@ from typing import Any, final
 
 from .config import ForkConfig
 
-__all__ = ["ParsedSession", "RenderResult", "_probes_dict_tables", "from_objects", "parse_json"]
+__all__ = [
+    "ParsedSession",
+    "RenderResult",
+    "_probes_dict_tables",
+    "_walks_borrowed",
+    "from_objects",
+    "parse_json",
+]
 
 #: ``(index, id, [tail_start_id, …])`` of a user message with compaction parts
 _Marker = tuple[int, str | None, list[str | None]]
@@ -54,3 +61,4 @@ class RenderResult:
 def parse_json(data: bytes | str) -> ParsedSession: ...
 def from_objects(messages: list[Any] | tuple[Any, ...] | dict[str, Any]) -> ParsedSession: ...
 def _probes_dict_tables() -> bool: ...
+def _walks_borrowed(messages: list[Any] | tuple[Any, ...] | dict[str, Any]) -> bool: ...

@@ -36,7 +36,9 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 
 use crate::config::Config;
 use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
-use crate::input::{json::JsonReader, py::PySource, py::Seq, read_messages};
+use crate::input::{
+    borrowed::read_borrowed, json::JsonReader, py::PySource, py::Seq, read_messages,
+};
 use crate::session::{Session, Source, SurrogateCheck};
 use crate::utf8::Utf8Bytes;
 
@@ -199,14 +201,22 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
 /// them anyway (see `SurrogateCheck`).
 #[pyfunction(name = "from_objects")]
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
+    let py = messages.py();
     let list = message_list(messages)?;
-    let mut src = PySource::new(messages.py());
+    let mut src = PySource::new(py);
     let (mut out, mut parts) = (Vec::new(), Vec::new());
-    if let Err(fault) = read_messages(&mut src, &list, &mut out, &mut parts) {
-        // the strings kept in their own layout all precede where the walk stopped: a lone
-        // surrogate in one of them is the first fault
-        src.first_lone_surrogate()?;
-        return Err(fault.into());
+    // The common case, borrowed; anything it does not read is read again from the start,
+    // with references and checked casts, which name the first fault.
+    if read_borrowed(py, &mut src, &list, &mut out, &mut parts).is_err() {
+        src = PySource::new(py);
+        out.clear();
+        parts.clear();
+        if let Err(fault) = read_messages(&mut src, &list, &mut out, &mut parts) {
+            // the strings kept in their own layout all precede where the walk stopped: a
+            // lone surrogate in one of them is the first fault
+            src.first_lone_surrogate()?;
+            return Err(fault.into());
+        }
     }
     let source = Source::Objects {
         owned: src.arena,
@@ -231,9 +241,21 @@ fn py_probes_dict_tables(py: Python<'_>) -> bool {
     input::dict::probing(py)
 }
 
+/// Whether the borrowed walk reads these messages to the end, without handing them to the
+/// checked walk: for the tests, which expect it of plain dicts and lists.
+#[pyfunction(name = "_walks_borrowed")]
+fn py_walks_borrowed(messages: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = messages.py();
+    let list = message_list(messages)?;
+    let mut src = PySource::new(py);
+    let (mut out, mut parts) = (Vec::new(), Vec::new());
+    Ok(read_borrowed(py, &mut src, &list, &mut out, &mut parts).is_ok())
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_probes_dict_tables, m)?)?;
+    m.add_function(wrap_pyfunction!(py_walks_borrowed, m)?)?;
     m.add_function(wrap_pyfunction!(py_parse_json, m)?)?;
     m.add_function(wrap_pyfunction!(py_from_objects, m)?)?;
     m.add_class::<ParsedSession>()?;

@@ -2,10 +2,10 @@
 //! document, and the walk looks up with those very objects (see `PySource::adopt_keys`), so
 //! a lookup can match entries on identity. On the CPython versions whose table layout is
 //! written down here (3.11 to 3.13, not free-threaded) the walk probes an exact `dict`'s
-//! table itself, as CPython's `unicodekeys_lookup_unicode` does, with no call; whatever the
-//! probe cannot settle on identity alone (another table kind, a different key object with
-//! the same hash) goes to CPython's own lookup. A self-check at first use compares the two
-//! and keeps the probe off if they ever disagree.
+//! table itself, as CPython's `unicodekeys_lookup_unicode` does, with no call: a key matches
+//! on identity, or, another `str` object with the same hash, on equal text. Whatever the
+//! probe cannot settle (another dict type or table kind) goes to CPython's own lookup. A
+//! self-check at first use compares the two and keeps the probe off if they ever disagree.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -33,6 +33,27 @@ pub fn get<'py>(
         }
     }
     dict.get_item(key)
+}
+
+/// The value of `key` (an exact `str` whose hash is `hash`) in `dict`, borrowed, when the
+/// table settles it with no call: `Some(null)` when absent, `None` when only CPython's lookup
+/// can tell (not an exact `dict` with a table of `str` keys, or the probe is off).
+///
+/// # Safety
+/// `dict` and `key` must be live objects and the GIL held; the value is borrowed from `dict`,
+/// valid only while nothing changes it.
+#[inline]
+pub unsafe fn get_borrowed(
+    py: Python<'_>,
+    dict: *mut ffi::PyObject,
+    key: *mut ffi::PyObject,
+    hash: isize,
+) -> Option<*mut ffi::PyObject> {
+    if table::enabled(py) {
+        table::probe_borrowed(dict, key, hash)
+    } else {
+        None
+    }
 }
 
 /// Whether the walk probes dict tables itself on this interpreter (its self-check passed).
@@ -72,6 +93,16 @@ mod table {
         _key: &Bound<'py, PyString>,
         _hash: isize,
     ) -> Option<Option<Bound<'py, PyAny>>> {
+        None
+    }
+
+    /// # Safety
+    /// Nothing is read.
+    pub unsafe fn probe_borrowed(
+        _dict: *mut ffi::PyObject,
+        _key: *mut ffi::PyObject,
+        _hash: isize,
+    ) -> Option<*mut ffi::PyObject> {
         None
     }
 
@@ -141,7 +172,12 @@ mod table {
                 return Ok(false);
             }
             let missing = PyString::new(py, "missing");
-            for key in keys.iter().chain(std::iter::once(&missing)) {
+            // the same texts in other objects: matched on their text
+            let copies: Vec<Bound<'_, PyString>> = keys
+                .iter()
+                .map(|key| PyString::new(py, key.to_str().unwrap_or("")))
+                .collect();
+            for key in keys.iter().chain(&copies).chain(std::iter::once(&missing)) {
                 let expected = dict.get_item(key)?.map(|v| v.as_ptr());
                 if let Some(found) = probe(&dict, key, key.hash()?) {
                     if found.map(|v| v.as_ptr()) != expected {
@@ -197,62 +233,99 @@ mod table {
         table_entries(unicode_table(ptr)?)
     }
 
-    /// `Some(value)` (`Some(None)`: absent) when the table settles the lookup on identity;
-    /// `None` when only CPython's lookup can.
+    /// `Some(value)` (`Some(None)`: absent) when the table settles the lookup; `None` when
+    /// only CPython's lookup can.
     pub fn probe<'py>(
         dict: &Bound<'py, PyDict>,
         key: &Bound<'py, PyString>,
         hash: isize,
     ) -> Option<Option<Bound<'py, PyAny>>> {
-        let ptr = dict.as_ptr();
+        // SAFETY: `dict` and `key` are live (borrowed) and the GIL is held
+        let found = unsafe { probe_borrowed(dict.as_ptr(), key.as_ptr(), hash)? };
+        // SAFETY: a value of the live `dict`, borrowed from it: the new reference is ours
+        Some((!found.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(dict.py(), found) }))
+    }
+
+    /// See `super::get_borrowed`.
+    ///
+    /// # Safety
+    /// As `super::get_borrowed`.
+    pub unsafe fn probe_borrowed(
+        ptr: *mut ffi::PyObject,
+        key: *mut ffi::PyObject,
+        hash: isize,
+    ) -> Option<*mut ffi::PyObject> {
         // SAFETY: `ptr` is a live exact `dict` (checked) and the GIL is held, so no other
         // thread changes it, and no Python code runs during the probe. Its combined table
         // (`ma_values` null) of kind unicode is laid out as `Keys`, then `1 << log2_size`
         // indices of the width `log2_size` gives, then `UnicodeEntry`s (CPython's
         // `DK_UNICODE_ENTRIES`); an index `ix >= 0` is a live entry (`ix < nentries`),
-        // checked anyway. A probe longer than the table gives up.
-        unsafe {
-            let keys = unicode_table(ptr)?;
-            let log2 = (*keys).log2_size;
-            let size = 1usize.checked_shl(u32::from(log2))?;
-            let mask = size - 1;
-            let indices = std::ptr::addr_of!((*keys).indices).cast::<u8>();
-            let entries = indices
-                .add(1usize << (*keys).log2_index_bytes)
-                .cast::<UnicodeEntry>();
-            let entry_count = (*keys).nentries;
-            let mut perturb = hash as usize;
-            let mut i = hash as usize & mask;
-            for _ in 0..size {
-                let ix: i64 = match log2 {
-                    0..=7 => i64::from(*indices.cast::<i8>().add(i)),
-                    8..=15 => i64::from(*indices.cast::<i16>().add(i)),
-                    16..=31 => i64::from(*indices.cast::<i32>().add(i)),
-                    _ => *indices.cast::<i64>().add(i),
-                };
-                if ix >= 0 {
-                    if ix >= entry_count as i64 {
-                        return None;
-                    }
-                    let entry = &*entries.add(ix as usize);
-                    if entry.key == key.as_ptr() {
-                        if entry.value.is_null() {
-                            return None;
-                        }
-                        return Some(Some(Bound::from_borrowed_ptr(dict.py(), entry.value)));
-                    }
-                    // an equal hash on another key object: CPython compares the text
-                    if entry.key.is_null() || (*entry.key.cast::<ffi::PyASCIIObject>()).hash == hash
-                    {
-                        return None;
-                    }
-                } else if ix == EMPTY {
-                    return Some(None);
+        // checked anyway. Its keys are exact `str` (what makes the table of kind unicode).
+        // A probe longer than the table gives up.
+        let keys = unicode_table(ptr)?;
+        let log2 = (*keys).log2_size;
+        let size = 1usize.checked_shl(u32::from(log2))?;
+        let mask = size - 1;
+        let indices = std::ptr::addr_of!((*keys).indices).cast::<u8>();
+        let entries = indices
+            .add(1usize << (*keys).log2_index_bytes)
+            .cast::<UnicodeEntry>();
+        let entry_count = (*keys).nentries;
+        let mut perturb = hash as usize;
+        let mut i = hash as usize & mask;
+        for _ in 0..size {
+            let ix: i64 = match log2 {
+                0..=7 => i64::from(*indices.cast::<i8>().add(i)),
+                8..=15 => i64::from(*indices.cast::<i16>().add(i)),
+                16..=31 => i64::from(*indices.cast::<i32>().add(i)),
+                _ => *indices.cast::<i64>().add(i),
+            };
+            if ix >= 0 {
+                if ix >= entry_count as i64 {
+                    return None;
                 }
-                perturb >>= PERTURB_SHIFT;
-                i = mask & i.wrapping_mul(5).wrapping_add(perturb).wrapping_add(1);
+                let entry = &*entries.add(ix as usize);
+                if entry.key == key {
+                    return (!entry.value.is_null()).then_some(entry.value);
+                }
+                if entry.key.is_null() {
+                    return None;
+                }
+                if (*entry.key.cast::<ffi::PyASCIIObject>()).hash == hash {
+                    // another key object with the same hash: equal when its text is, as
+                    // CPython's `unicode_eq` compares two exact `str`
+                    return match same_text(entry.key, key)? {
+                        true => (!entry.value.is_null()).then_some(entry.value),
+                        false => None,
+                    };
+                }
+            } else if ix == EMPTY {
+                return Some(std::ptr::null_mut());
             }
-            None
+            perturb >>= PERTURB_SHIFT;
+            i = mask & i.wrapping_mul(5).wrapping_add(perturb).wrapping_add(1);
         }
+        None
+    }
+
+    /// Whether two compact `str` hold the same text (`None` when one is not compact).
+    ///
+    /// # Safety
+    /// Both are live `str` objects and the GIL is held.
+    unsafe fn same_text(a: *mut ffi::PyObject, b: *mut ffi::PyObject) -> Option<bool> {
+        if ffi::PyUnicode_IS_COMPACT(a) == 0 || ffi::PyUnicode_IS_COMPACT(b) == 0 {
+            return None;
+        }
+        let len = ffi::PyUnicode_GET_LENGTH(a);
+        let kind = ffi::PyUnicode_KIND(a);
+        if len != ffi::PyUnicode_GET_LENGTH(b) || kind != ffi::PyUnicode_KIND(b) {
+            return Some(false);
+        }
+        let bytes = usize::try_from(len).ok()? * kind as usize;
+        let (a, b) = (
+            ffi::PyUnicode_DATA(a).cast::<u8>(),
+            ffi::PyUnicode_DATA(b).cast::<u8>(),
+        );
+        Some(std::slice::from_raw_parts(a, bytes) == std::slice::from_raw_parts(b, bytes))
     }
 }

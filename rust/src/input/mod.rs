@@ -2,6 +2,7 @@
 //! JSON document, or Python dicts and lists), so both front ends check the same fields in the
 //! same order with the same paths and details, and build the same session.
 
+pub mod borrowed;
 pub mod dict;
 pub mod json;
 pub mod py;

@@ -38,6 +38,14 @@ impl<'py> Seq<'py> {
         }
     }
 
+    /// The list or tuple object.
+    pub fn as_ptr(&self) -> *mut ffi::PyObject {
+        match self {
+            Seq::List(list) => list.as_ptr(),
+            Seq::Tuple(tuple) => tuple.as_ptr(),
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             Seq::List(list) => list.len(),
@@ -145,8 +153,22 @@ impl<'py> PySource<'py> {
         }
     }
 
+    /// Look at a dict for keys to adopt, while there are keys to adopt and budget left.
+    pub(super) fn note_dict(&mut self, dict: &Bound<'py, PyDict>) {
+        if self.unadopted != 0 && self.adopt_budget > 0 {
+            self.adopt_keys(dict);
+        }
+    }
+
+    /// Keep a checked `state.input` value for the render.
+    pub(super) fn keep_input(&mut self, value: Bound<'py, PyAny>) -> Span {
+        let index = self.inputs.len();
+        self.inputs.push(value.unbind());
+        Span::new(index, index, 0, SpanKind::PyInput)
+    }
+
     /// The key object of `field` and its hash.
-    fn key(&self, field: Field) -> Option<(&Bound<'py, PyString>, isize)> {
+    pub(super) fn key(&self, field: Field) -> Option<(&Bound<'py, PyString>, isize)> {
         let at = field as usize;
         Some((self.keys.get(at)?, *self.hashes.get(at)?))
     }
@@ -218,9 +240,7 @@ impl<'py> Source for PySource<'py> {
         };
         let value = match value.cast_into::<PyDict>() {
             Ok(d) => {
-                if self.unadopted != 0 && self.adopt_budget > 0 {
-                    self.adopt_keys(&d);
-                }
+                self.note_dict(&d);
                 return Kind::Object(d);
             }
             Err(err) => err.into_inner(),
@@ -259,19 +279,11 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn short(&mut self, s: Bound<'py, PyString>, loc: Loc, key: &str) -> Result<SmallStr, Failure> {
-        if let Some(text) = ascii_text(&s) {
-            return Ok(SmallStr::new(text));
-        }
-        let text = s.to_str().map_err(|_| lone_surrogate(loc, key))?;
-        Ok(SmallStr::new(text))
+        short_str(&s, loc, key)
     }
 
     fn part_type(&mut self, s: Bound<'py, PyString>, loc: Loc) -> Result<PartType, Failure> {
-        if let Some(text) = ascii_text(&s) {
-            return Ok(PartType::of(text));
-        }
-        let text = s.to_str().map_err(|_| lone_surrogate(loc, "type"))?;
-        Ok(PartType::of(text))
+        part_type_of(&s, loc)
     }
 
     fn long(
@@ -336,10 +348,27 @@ impl<'py> Source for PySource<'py> {
             return Ok(None);
         };
         check_value(&value, 0, loc)?;
-        let index = self.inputs.len();
-        self.inputs.push(value.unbind());
-        Ok(Some(Span::new(index, index, 0, SpanKind::PyInput)))
+        Ok(Some(self.keep_input(value)))
     }
+}
+
+/// A short string (role, id, name), copied: read in place when ASCII, else through the UTF-8
+/// form CPython makes and keeps on it.
+pub(super) fn short_str(s: &Bound<'_, PyString>, loc: Loc, key: &str) -> Result<SmallStr, Failure> {
+    if let Some(text) = ascii_text(s) {
+        return Ok(SmallStr::new(text));
+    }
+    let text = s.to_str().map_err(|_| lone_surrogate(loc, key))?;
+    Ok(SmallStr::new(text))
+}
+
+/// A part's `type`, read as `short_str` reads a string, not copied.
+pub(super) fn part_type_of(s: &Bound<'_, PyString>, loc: Loc) -> Result<PartType, Failure> {
+    if let Some(text) = ascii_text(s) {
+        return Ok(PartType::of(text));
+    }
+    let text = s.to_str().map_err(|_| lone_surrogate(loc, "type"))?;
+    Ok(PartType::of(text))
 }
 
 /// A `str` read in place: its text when it is ASCII (its characters are their own UTF-8),
@@ -461,7 +490,7 @@ fn check_value(value: &Bound<'_, PyAny>, level: usize, loc: Loc) -> Result<(), F
 /// # Safety
 /// `value` must be alive, the GIL held, and no Python code may run meanwhile: the values
 /// inside are borrowed from their containers.
-unsafe fn clean_json(py: Python<'_>, value: *mut ffi::PyObject, level: usize) -> bool {
+pub(super) unsafe fn clean_json(py: Python<'_>, value: *mut ffi::PyObject, level: usize) -> bool {
     let kind = ffi::Py_TYPE(value);
     if kind == std::ptr::addr_of_mut!(ffi::PyUnicode_Type) {
         return str_clean(py, value);

@@ -1,0 +1,232 @@
+//! The walk of the common case with borrowed pointers: exact `list`s, `tuple`s, `dict`s whose
+//! tables hold `str` keys, `str`, `int`, `float`, `bool` and `None`, read in place with no
+//! reference count (except on what the session keeps) and no call that could run Python code.
+//! Anything else stops it: another type, a table only CPython's lookup can read, any fault.
+//! `from_objects` then walks again with `PySource`, which reads every case and names the
+//! fault. Both go through the same message rules (`read_messages`), so they agree by
+//! construction; this one only does without the references and checked casts that the other
+//! needs where Python code could run between two reads.
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+use super::py::{clean_json, part_type_of, short_str, PySource, Seq};
+use super::{dict, read_messages, Field, Kind, PartType, Source};
+use crate::errors::{InputError, Loc};
+use crate::session::{Message, Part, SmallStr, Span};
+
+/// The borrowed walk stopped: `PySource` walks again from the start.
+#[derive(Debug)]
+pub struct Stop;
+
+impl From<InputError> for Stop {
+    fn from(_: InputError) -> Self {
+        Stop
+    }
+}
+
+/// An object borrowed from its container; null for absent (or `None`).
+#[derive(Clone, Copy)]
+pub struct Obj(*mut ffi::PyObject);
+
+/// An exact `list` or `tuple` (a `list` subclass read as a `list`), and its length.
+#[derive(Clone, Copy)]
+pub struct Items {
+    seq: *mut ffi::PyObject,
+    list: bool,
+    len: usize,
+}
+
+/// The walk's state: `PySource`'s, which keeps what the session needs.
+struct BorrowedSource<'a, 'py> {
+    py: Python<'py>,
+    inner: &'a mut PySource<'py>,
+}
+
+/// Read every message of `list` as `read_messages` does with a `PySource`, borrowed. On
+/// `Err(Stop)` what `src`, `messages` and `parts` hold is to be thrown away.
+pub fn read_borrowed<'py>(
+    py: Python<'py>,
+    src: &mut PySource<'py>,
+    list: &Seq<'py>,
+    messages: &mut Vec<Message>,
+    parts: &mut Vec<Part>,
+) -> Result<(), Stop> {
+    if !dict::probing(py) {
+        return Err(Stop);
+    }
+    // SAFETY: `list` is a live list or tuple (we hold it) and the GIL is held
+    let items = unsafe { items_of(list.as_ptr()) }.ok_or(Stop)?;
+    let mut source = BorrowedSource { py, inner: src };
+    // Nothing below runs Python code (see `Source for BorrowedSource`), so every object
+    // reached stays alive and unchanged while it is read.
+    read_messages(&mut source, &items, messages, parts)
+}
+
+/// The items of a `list` (or subclass: the same layout) or an exact `tuple`.
+///
+/// # Safety
+/// `seq` is a live object and the GIL is held.
+unsafe fn items_of(seq: *mut ffi::PyObject) -> Option<Items> {
+    let list = ffi::PyList_Check(seq) != 0;
+    if !list && ffi::Py_TYPE(seq) != std::ptr::addr_of_mut!(ffi::PyTuple_Type) {
+        return None;
+    }
+    let len = if list {
+        ffi::PyList_GET_SIZE(seq)
+    } else {
+        ffi::PyTuple_GET_SIZE(seq)
+    };
+    Some(Items {
+        seq,
+        list,
+        len: usize::try_from(len).ok()?,
+    })
+}
+
+impl<'py> BorrowedSource<'_, 'py> {
+    /// # Safety
+    /// `s` is a live exact `str` (a `Kind::Str` of this source) and the GIL is held.
+    unsafe fn str(&self, s: Obj) -> Borrowed<'_, 'py, PyString> {
+        Borrowed::from_ptr(self.py, s.0).cast_unchecked::<PyString>()
+    }
+
+    fn lookup(&self, object: *mut ffi::PyObject, field: Field) -> Result<Obj, Stop> {
+        let (key, hash) = self.inner.key(field).ok_or(Stop)?;
+        // SAFETY: `object` is a live dict (a `Kind::Object` of this source), `key` a live
+        // `str` we hold, and the GIL is held
+        let found =
+            unsafe { dict::get_borrowed(self.py, object, key.as_ptr(), hash) }.ok_or(Stop)?;
+        // SAFETY: `Py_None` only reads the address of the singleton
+        Ok(Obj(if found == unsafe { ffi::Py_None() } {
+            std::ptr::null_mut()
+        } else {
+            found
+        }))
+    }
+}
+
+// SAFETY (for every `unsafe` block below): the objects are borrowed from containers that the
+// caller's list holds, the GIL is held, and no method here runs Python code: reads of object
+// fields, the dict probe, `PyDict_Next` (adopting keys), CPython's UTF-8 form of a string
+// (`PyUnicode_AsUTF8AndSize`), and new references to what the session keeps. So nothing is
+// freed or changed while the walk goes on.
+impl<'py> Source for BorrowedSource<'_, 'py> {
+    type Value = Obj;
+    type Object = Obj;
+    type Array = Items;
+    type Str = Obj;
+    type Error = Stop;
+
+    fn kind(&mut self, value: Obj) -> Kind<Self> {
+        let ptr = value.0;
+        if ptr.is_null() {
+            return Kind::Absent;
+        }
+        // SAFETY: see above
+        unsafe {
+            let kind = ffi::Py_TYPE(ptr);
+            if kind == std::ptr::addr_of_mut!(ffi::PyUnicode_Type) {
+                return Kind::Str(value);
+            }
+            if kind == std::ptr::addr_of_mut!(ffi::PyDict_Type) {
+                let dict = Borrowed::from_ptr(self.py, ptr).cast_unchecked::<PyDict>();
+                self.inner.note_dict(&dict);
+                return Kind::Object(value);
+            }
+            if kind == std::ptr::addr_of_mut!(ffi::PyList_Type)
+                || kind == std::ptr::addr_of_mut!(ffi::PyTuple_Type)
+            {
+                if let Some(items) = items_of(ptr) {
+                    return Kind::Array(items);
+                }
+            }
+            if ptr == ffi::Py_True() {
+                return Kind::Bool(true);
+            }
+            if ptr == ffi::Py_False() {
+                return Kind::Bool(false);
+            }
+            if kind == std::ptr::addr_of_mut!(ffi::PyLong_Type)
+                || kind == std::ptr::addr_of_mut!(ffi::PyFloat_Type)
+            {
+                return Kind::Number;
+            }
+        }
+        // a subclass, or not JSON: the rules refuse it, so the walk stops and `PySource`
+        // reads it
+        Kind::Other
+    }
+
+    fn get(&self, object: &Obj, field: Field) -> Result<Obj, Stop> {
+        self.lookup(object.0, field)
+    }
+
+    fn len(&self, array: &Items) -> usize {
+        array.len
+    }
+
+    fn item(&self, array: &Items, index: usize) -> Result<Obj, Stop> {
+        if index >= array.len {
+            return Err(Stop);
+        }
+        let at = ffi::Py_ssize_t::try_from(index).map_err(|_| Stop)?;
+        // SAFETY: see above; `index` is in range of the length read when the array was met,
+        // which nothing has changed since
+        let item = unsafe {
+            if array.list {
+                ffi::PyList_GET_ITEM(array.seq, at)
+            } else {
+                ffi::PyTuple_GET_ITEM(array.seq, at)
+            }
+        };
+        // SAFETY: only the address of the singleton is read
+        Ok(Obj(if item == unsafe { ffi::Py_None() } {
+            std::ptr::null_mut()
+        } else {
+            item
+        }))
+    }
+
+    fn is_true(&self, value: &Obj) -> bool {
+        // SAFETY: only the address of the singleton is read
+        value.0 == unsafe { ffi::Py_True() }
+    }
+
+    fn short(&mut self, s: Obj, loc: Loc, key: &str) -> Result<SmallStr, Stop> {
+        // SAFETY: see above
+        let s = unsafe { self.str(s) };
+        short_str(&s, loc, key).map_err(|_| Stop)
+    }
+
+    fn part_type(&mut self, s: Obj, loc: Loc) -> Result<PartType, Stop> {
+        // SAFETY: see above
+        let s = unsafe { self.str(s) };
+        part_type_of(&s, loc).map_err(|_| Stop)
+    }
+
+    fn long(&mut self, s: Obj, loc: Loc, key: &'static str) -> Result<Span, Stop> {
+        // SAFETY: see above; the session keeps its own reference
+        let s = unsafe { self.str(s) }.to_owned();
+        self.inner.long(s, loc, key).map_err(|_| Stop)
+    }
+
+    fn input(&mut self, state: &Obj, _loc: Loc) -> Result<Option<Span>, Stop> {
+        let (key, hash) = self.inner.key(Field::Input).ok_or(Stop)?;
+        // SAFETY: see above
+        let found =
+            unsafe { dict::get_borrowed(self.py, state.0, key.as_ptr(), hash) }.ok_or(Stop)?;
+        if found.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: see above (a present `None` is a value here); a value the in-place check
+        // cannot pass stops the walk, and `PySource` names its fault
+        if !unsafe { clean_json(self.py, found, 0) } {
+            return Err(Stop);
+        }
+        // SAFETY: see above; the session keeps its own reference
+        let value = unsafe { Bound::from_borrowed_ptr(self.py, found) };
+        Ok(Some(self.inner.keep_input(value)))
+    }
+}
