@@ -39,7 +39,7 @@ use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
 use crate::input::{
     borrowed::read_borrowed, json::JsonReader, py::PySource, py::Seq, read_messages,
 };
-use crate::session::{Session, Source, SurrogateCheck};
+use crate::session::{Session, Short, Source, SurrogateCheck};
 use crate::utf8::Utf8Bytes;
 
 /// A parsed and checked session, ready to render.
@@ -66,21 +66,23 @@ impl ParsedSession {
         Vec<(usize, Option<&str>, Vec<Option<&str>>)>,
         Vec<(usize, Option<&str>)>,
     ) {
-        let messages = &self.session.messages;
+        let session = &self.session;
+        let messages = &session.messages;
+        let text = |s: Option<Short>| s.map(|s| session.short(s));
         let markers = messages
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.role.as_deref() == Some("user") && !m.markers.is_empty())
+            .filter(|(_, m)| session.role(m) == Some("user") && !m.markers.is_empty())
             .map(|(i, m)| {
                 let tails = m.markers.iter().map(|t| t.as_deref()).collect();
-                (i, m.id.as_deref(), tails)
+                (i, text(m.id), tails)
             })
             .collect();
         let summaries = messages
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.summary && m.role.as_deref() == Some("assistant"))
-            .map(|(i, m)| (i, m.parent_id.as_deref()))
+            .filter(|(_, m)| m.summary && session.role(m) == Some("assistant"))
+            .map(|(i, m)| (i, text(m.parent_id)))
             .collect();
         (messages.len(), markers, summaries)
     }
@@ -90,7 +92,7 @@ impl ParsedSession {
         self.session
             .messages
             .iter()
-            .position(|m| m.id.as_deref() == Some(id))
+            .position(|m| m.id.is_some_and(|own| self.session.short(own) == id))
     }
 
     /// Render the kept messages (indexes, in output order) with the config's numbers.
@@ -155,11 +157,12 @@ fn read_json(source: Source) -> Result<Session, InputError> {
     if let Some(err) = reader.error {
         return Err(err);
     }
-    let (messages, parts) = (reader.messages, reader.parts);
+    let (messages, parts, shorts) = (reader.messages, reader.parts, reader.shorts);
     Ok(Session {
         source,
         messages,
         parts,
+        shorts,
     })
 }
 
@@ -230,6 +233,7 @@ fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
             source,
             messages: out,
             parts,
+            shorts: src.shorts,
         },
     })
 }

@@ -98,14 +98,14 @@ pub fn measure(
         if let Some(failure) = count.failure {
             return Err(failure);
         }
-        let this = head_len(message) + count.chars;
+        let this = head_len(session, message) + count.chars;
         sizes.push(this);
         size = size.saturating_add(this);
         if must_remove(size, config) {
             break;
         }
     }
-    let last_head = planned.messages.last().map_or(0, |m| head_len(m));
+    let last_head = planned.messages.last().map_or(0, |m| head_len(session, m));
     let fit = fit(
         &sizes,
         planned.messages.len(),
@@ -188,7 +188,7 @@ pub fn write<'s>(
             context.push_str(OPEN);
             for k in (0..kept).rev() {
                 if let Some(message) = messages.get(last - k) {
-                    context.push_str(&head(message));
+                    context.push_str(&head(session, message));
                 }
                 write_body(session, planned, measured, config, k, &mut context);
             }
@@ -202,7 +202,7 @@ pub fn write<'s>(
             write_body(session, planned, measured, config, 0, &mut text);
             context.push_str(OPEN);
             if let Some(message) = messages.get(last) {
-                context.push_str(&head(message));
+                context.push_str(&head(session, message));
             }
             let chars = count_chars(&text);
             if chars > limit {
@@ -243,19 +243,20 @@ mod tests {
     use super::*;
     use crate::input::json::JsonReader;
     use crate::json::scan::scan;
-    use crate::session::{Message, Part, Source, Span, SpanKind, SurrogateCheck};
+    use crate::session::{Message, Part, Shorts, Source, Span, SpanKind, SurrogateCheck};
 
     fn session(texts: &[&str]) -> Session {
         let mut arena = String::new();
         let mut messages = Vec::new();
         let mut parts = Vec::new();
+        let mut shorts = Shorts::default();
         for (n, text) in texts.iter().enumerate() {
             let start = arena.len();
             arena.push_str(text);
             let span = Span::new(start, arena.len(), count_chars(text), SpanKind::Plain);
             parts.push(Part::Text(span));
             messages.push(Message {
-                role: Some(if n % 2 == 0 { "user" } else { "assistant" }.into()),
+                role: Some(shorts.push(if n % 2 == 0 { "user" } else { "assistant" })),
                 parts: n..n + 1,
                 ..Message::default()
             });
@@ -270,6 +271,7 @@ mod tests {
             },
             messages,
             parts,
+            shorts,
         }
     }
 
@@ -288,6 +290,7 @@ mod tests {
             },
             messages: reader.messages,
             parts: reader.parts,
+            shorts: reader.shorts,
         }
     }
 

@@ -237,88 +237,63 @@ impl Span {
     }
 }
 
-/// Bytes a [`SmallStr`] holds without a heap allocation (fits OpenCode ids and tool names).
-const INLINE: usize = 38;
-
-/// A short string (role, id, tool name): inline when it fits, so reading a session does not
-/// allocate per message. Built only from a `&str` (the representation is private), so its
-/// bytes are always whole UTF-8.
-#[derive(Clone)]
-pub struct SmallStr(Repr);
-
-#[derive(Clone)]
-enum Repr {
-    Inline { len: u8, bytes: [u8; INLINE] },
-    Heap(Box<str>),
+/// A short string of a session (role, id, tool name): where its text lies in the session's
+/// `Shorts`. Reading a message copies its short strings one after the other into one buffer;
+/// the records hold these two numbers, which move in registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Short {
+    start: usize,
+    len: usize,
 }
 
-impl SmallStr {
-    pub fn new(s: &str) -> SmallStr {
-        match u8::try_from(s.len()) {
-            Ok(len) if s.len() <= INLINE => {
-                let mut bytes = [0u8; INLINE];
-                bytes[..s.len()].copy_from_slice(s.as_bytes());
-                SmallStr(Repr::Inline { len, bytes })
-            }
-            _ => SmallStr(Repr::Heap(s.into())),
+impl Short {
+    /// `""`
+    pub const EMPTY: Short = Short { start: 0, len: 0 };
+    /// `"unknown"`, the name of a tool part with neither `tool` nor `name` (every `Shorts`
+    /// starts with it)
+    pub const UNKNOWN: Short = Short { start: 0, len: 7 };
+
+    pub fn is_empty(self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The short strings of a session, one after the other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shorts(String);
+
+impl Default for Shorts {
+    fn default() -> Self {
+        Shorts(String::from("unknown"))
+    }
+}
+
+impl Shorts {
+    pub fn push(&mut self, s: &str) -> Short {
+        let start = self.0.len();
+        self.0.push_str(s);
+        Short {
+            start,
+            len: s.len(),
         }
     }
 
-    pub fn as_str(&self) -> &str {
-        match &self.0 {
-            Repr::Inline { len, bytes } => {
-                let bytes = bytes.get(..usize::from(*len)).unwrap_or(&[]);
-                // SAFETY: `new` is the only way to an `Inline` (`Repr` is private to this
-                // module) and it copies `len` bytes of one `&str`: whole UTF-8.
-                unsafe { std::str::from_utf8_unchecked(bytes) }
-            }
-            Repr::Heap(s) => s,
-        }
+    /// The text of `s` (`""` for a `Short` of another session that does not fit here).
+    pub fn get(&self, s: Short) -> &str {
+        self.0.get(s.start..s.start + s.len).unwrap_or("")
+    }
+
+    /// Forget every string but `"unknown"`.
+    pub fn clear(&mut self) {
+        self.0.truncate(Short::UNKNOWN.len);
     }
 }
-
-impl std::ops::Deref for SmallStr {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl From<&str> for SmallStr {
-    fn from(s: &str) -> Self {
-        SmallStr::new(s)
-    }
-}
-
-impl From<String> for SmallStr {
-    fn from(s: String) -> Self {
-        if s.len() <= INLINE {
-            SmallStr::new(&s)
-        } else {
-            SmallStr(Repr::Heap(s.into_boxed_str()))
-        }
-    }
-}
-
-impl std::fmt::Debug for SmallStr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.as_str().fmt(f)
-    }
-}
-
-impl PartialEq for SmallStr {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for SmallStr {}
 
 /// A `tool` part.
 #[derive(Debug, Clone)]
 pub struct ToolCall {
     /// display name: `tool`, else `name`, else `unknown`
-    pub name: SmallStr,
+    pub name: Short,
     /// a legacy call: no `state.status` (or no state at all); its parameters take the tier of
     /// the next `tool_result` of its message
     pub legacy: bool,
@@ -338,7 +313,7 @@ pub enum Part {
     Tool(ToolCall),
     /// a legacy `tool_result` part with non-empty text
     ToolResult {
-        name: SmallStr,
+        name: Short,
         text: Span,
     },
 }
@@ -346,9 +321,9 @@ pub enum Part {
 /// One message reduced to what the pipeline reads.
 #[derive(Debug, Clone, Default)]
 pub struct Message {
-    pub role: Option<SmallStr>,
-    pub id: Option<SmallStr>,
-    pub parent_id: Option<SmallStr>,
+    pub role: Option<Short>,
+    pub id: Option<Short>,
+    pub parent_id: Option<Short>,
     pub summary: bool,
     /// `tail_start_id` of each `compaction` part of a user message
     pub markers: Vec<Option<String>>,
@@ -364,9 +339,21 @@ pub struct Session {
     pub messages: Vec<Message>,
     /// the parts of every message, in order
     pub parts: Vec<Part>,
+    /// the text of every `Short` of its messages and parts
+    pub shorts: Shorts,
 }
 
 impl Session {
+    /// The text of a short string of this session.
+    pub fn short(&self, s: Short) -> &str {
+        self.shorts.get(s)
+    }
+
+    /// A message's `info.role`, if it has one.
+    pub fn role(&self, message: &Message) -> Option<&str> {
+        message.role.map(|r| self.short(r))
+    }
+
     /// The parts of `message`.
     pub fn parts_of(&self, message: &Message) -> &[Part] {
         self.parts.get(message.parts.clone()).unwrap_or(&[])
@@ -417,24 +404,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn small_strings_keep_their_text() {
-        for text in [
-            "",
-            "user",
-            "msg_01JABCDEFGHJKMNPQRSTVWXYZ",
-            &"é".repeat(19),
-            &"x".repeat(39),
-        ] {
-            assert_eq!(SmallStr::new(text).as_str(), text);
-            assert_eq!(SmallStr::from(text.to_owned()).as_str(), text);
+    fn short_strings_keep_their_text() {
+        let mut shorts = Shorts::default();
+        assert_eq!(shorts.get(Short::UNKNOWN), "unknown");
+        assert_eq!(shorts.get(Short::EMPTY), "");
+        let texts = ["", "user", "msg_01JABCDEFGHJKMNPQRSTVWXYZ", &"é".repeat(19)];
+        let kept: Vec<Short> = texts.iter().map(|t| shorts.push(t)).collect();
+        for (text, short) in texts.iter().zip(&kept) {
+            assert_eq!(shorts.get(*short), *text);
+            assert_eq!(short.is_empty(), text.is_empty());
         }
-        assert!(matches!(
-            SmallStr::new(&"x".repeat(38)),
-            SmallStr(Repr::Inline { .. })
-        ));
-        assert!(matches!(
-            SmallStr::new(&"x".repeat(39)),
-            SmallStr(Repr::Heap(_))
-        ));
+        shorts.clear();
+        assert_eq!(shorts.get(Short::UNKNOWN), "unknown");
+        assert_eq!(shorts.get(kept[2]), "");
     }
 }

@@ -465,12 +465,13 @@ fn automaton(patterns: &[Vec<u8>]) -> Option<Arc<AhoCorasick>> {
 }
 
 /// The result of a part, if it has one: its text, compacted flag, tool name and error status.
-fn part_result(part: &Part) -> Option<(Span, bool, &str, bool)> {
+fn part_result<'s>(session: &'s Session, part: &Part) -> Option<(Span, bool, &'s str, bool)> {
     match part {
-        Part::Tool(call) => call
-            .result
-            .map(|text| (text, call.compacted, call.name.as_str(), call.status_error)),
-        Part::ToolResult { name, text } => Some((*text, false, name.as_str(), false)),
+        Part::Tool(call) => call.result.map(|text| {
+            let name = session.short(call.name);
+            (text, call.compacted, name, call.status_error)
+        }),
+        Part::ToolResult { name, text } => Some((*text, false, session.short(*name), false)),
         Part::Text(_) => None,
     }
 }
@@ -488,7 +489,7 @@ pub fn plan_results(
         kept.iter()
             .filter_map(|&m| session.messages.get(m))
             .flat_map(|message| session.parts_of(message).iter())
-            .filter_map(part_result)
+            .filter_map(|part| part_result(session, part))
     };
     let total = results().count();
     let needles = Needles::new(config, session);

@@ -35,13 +35,13 @@ pub fn label(role: Option<&str>) -> Cow<'_, str> {
 }
 
 /// The label line of a message: `"\n" + label + ":"`.
-pub fn head(message: &Message) -> String {
-    format!("\n{}:", label(message.role.as_deref()))
+pub fn head(session: &Session, message: &Message) -> String {
+    format!("\n{}:", label(session.role(message)))
 }
 
 /// Length of the label line, without building it for the common roles.
-pub fn head_len(message: &Message) -> usize {
-    count_chars(&label(message.role.as_deref())) + 2
+pub fn head_len(session: &Session, message: &Message) -> usize {
+    count_chars(&label(session.role(message))) + 2
 }
 
 /// Where a message body of session `'s` goes: counted or written.
@@ -173,7 +173,7 @@ impl<'a> Cuttable<'a> for Stored<'a> {
 
 fn tool_line<'s, O: Out<'s>>(session: &'s Session, call: &ToolCall, limit: usize, out: &mut O) {
     out.text("[Tool: ");
-    out.text(&call.name);
+    out.text(session.short(call.name));
     out.text("]");
     if let Some(input) = call.input {
         out.text(" ");

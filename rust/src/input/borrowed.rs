@@ -11,10 +11,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use super::py::{clean_json, part_type_of, short_str, PySource, Seq};
-use super::{dict, read_messages, Field, Kind, PartType, Source};
+use super::py::{clean_json, short_text, PySource, Seq};
+use super::{dict, read_messages, Field, Kind, PartType, Source, Status};
 use crate::errors::{InputError, Loc};
-use crate::session::{Message, Part, SmallStr, Span};
+use crate::session::{Message, Part, Short, Shorts, Span};
 
 /// The borrowed walk stopped: `PySource` walks again from the start.
 #[derive(Debug)]
@@ -85,13 +85,14 @@ unsafe fn items_of(seq: *mut ffi::PyObject) -> Option<Items> {
     })
 }
 
-impl<'py> BorrowedSource<'_, 'py> {
-    /// # Safety
-    /// `s` is a live exact `str` (a `Kind::Str` of this source) and the GIL is held.
-    unsafe fn str(&self, s: Obj) -> Borrowed<'_, 'py, PyString> {
-        Borrowed::from_ptr(self.py, s.0).cast_unchecked::<PyString>()
-    }
+/// # Safety
+/// `s` is a live exact `str` (a `Kind::Str` of a `BorrowedSource`), alive for `'a`, and the
+/// GIL is held.
+unsafe fn str_at<'a, 'py>(py: Python<'py>, s: Obj) -> Borrowed<'a, 'py, PyString> {
+    Borrowed::from_ptr(py, s.0).cast_unchecked::<PyString>()
+}
 
+impl<'py> BorrowedSource<'_, 'py> {
     fn lookup(&self, object: *mut ffi::PyObject, field: Field) -> Result<Obj, Stop> {
         let (key, hash) = self.inner.key(field).ok_or(Stop)?;
         // SAFETY: `object` is a live dict (a `Kind::Object` of this source), `key` a live
@@ -194,21 +195,32 @@ impl<'py> Source for BorrowedSource<'_, 'py> {
         value.0 == unsafe { ffi::Py_True() }
     }
 
-    fn short(&mut self, s: Obj, loc: Loc, key: &str) -> Result<SmallStr, Stop> {
+    fn short(&mut self, s: Obj, loc: Loc, key: &str) -> Result<Short, Stop> {
         // SAFETY: see above
-        let s = unsafe { self.str(s) };
-        short_str(&s, loc, key).map_err(|_| Stop)
+        let s = unsafe { str_at(self.py, s) };
+        let text = short_text(&s, loc, key).map_err(|_| Stop)?;
+        Ok(self.inner.shorts.push(text))
+    }
+
+    fn shorts(&self) -> &Shorts {
+        &self.inner.shorts
     }
 
     fn part_type(&mut self, s: Obj, loc: Loc) -> Result<PartType, Stop> {
         // SAFETY: see above
-        let s = unsafe { self.str(s) };
-        part_type_of(&s, loc).map_err(|_| Stop)
+        let s = unsafe { str_at(self.py, s) };
+        Ok(PartType::of(short_text(&s, loc, "type").map_err(|_| Stop)?))
+    }
+
+    fn status(&mut self, s: Obj, loc: Loc) -> Result<Status, Stop> {
+        // SAFETY: see above
+        let s = unsafe { str_at(self.py, s) };
+        Ok(Status::of(short_text(&s, loc, "status").map_err(|_| Stop)?))
     }
 
     fn long(&mut self, s: Obj, loc: Loc, key: &'static str) -> Result<Span, Stop> {
         // SAFETY: see above; the session keeps its own reference
-        let s = unsafe { self.str(s) }.to_owned();
+        let s = unsafe { str_at(self.py, s) }.to_owned();
         self.inner.long(s, loc, key).map_err(|_| Stop)
     }
 

@@ -2,11 +2,11 @@
 //! of the document (never copied, already measured in code points).
 
 use super::read_message;
-use super::{Field, Kind, PartType, Source};
+use super::{Field, Kind, PartType, Source, Status};
 use crate::errors::{self as e, InputError, Loc};
 use crate::json::scan::{Doc, OnMessage, Str, Val, SLOTS};
 use crate::json::unescape::unescape;
-use crate::session::{Message, Part, SmallStr, Span, SpanKind};
+use crate::session::{Message, Part, Short, Shorts, Span, SpanKind};
 
 /// The slot of a field in its object's node (see `json::scan::slot`).
 pub fn slot(field: Field) -> usize {
@@ -28,6 +28,7 @@ pub struct JsonReader<'a> {
     pub text: &'a str,
     pub messages: Vec<Message>,
     pub parts: Vec<Part>,
+    pub shorts: Shorts,
     pub error: Option<InputError>,
 }
 
@@ -37,6 +38,7 @@ impl<'a> JsonReader<'a> {
             text,
             messages: Vec::new(),
             parts: Vec::new(),
+            shorts: Shorts::default(),
             error: None,
         }
     }
@@ -46,6 +48,7 @@ impl OnMessage for JsonReader<'_> {
     fn start(&mut self) {
         self.messages.clear();
         self.parts.clear();
+        self.shorts.clear();
         self.error = None;
     }
 
@@ -56,6 +59,7 @@ impl OnMessage for JsonReader<'_> {
         let mut src = JsonSource {
             text: self.text,
             doc,
+            shorts: &mut self.shorts,
         };
         match read_message(&mut src, value, index, &mut self.parts) {
             Ok(message) => self.messages.push(message),
@@ -72,6 +76,7 @@ impl OnMessage for JsonReader<'_> {
 pub struct JsonSource<'a> {
     pub text: &'a str,
     pub doc: &'a Doc,
+    pub shorts: &'a mut Shorts,
 }
 
 impl JsonSource<'_> {
@@ -126,13 +131,20 @@ impl Source for JsonSource<'_> {
         *value == Val::Bool(true)
     }
 
-    fn short(&mut self, s: Str, _: Loc, _: &str) -> Result<SmallStr, InputError> {
-        let raw = self.raw(s);
+    fn short(&mut self, s: Str, _: Loc, _: &str) -> Result<Short, InputError> {
+        let raw = self
+            .text
+            .get(s.start as usize..s.end as usize)
+            .unwrap_or("");
         Ok(if s.escaped {
-            SmallStr::from(unescape(raw))
+            self.shorts.push(&unescape(raw))
         } else {
-            SmallStr::new(raw)
+            self.shorts.push(raw)
         })
+    }
+
+    fn shorts(&self) -> &Shorts {
+        self.shorts
     }
 
     fn part_type(&mut self, s: Str, _: Loc) -> Result<PartType, InputError> {
@@ -141,6 +153,15 @@ impl Source for JsonSource<'_> {
             PartType::of(&unescape(raw))
         } else {
             PartType::of(raw)
+        })
+    }
+
+    fn status(&mut self, s: Str, _: Loc) -> Result<Status, InputError> {
+        let raw = self.raw(s);
+        Ok(if s.escaped {
+            Status::of(&unescape(raw))
+        } else {
+            Status::of(raw)
         })
     }
 

@@ -8,7 +8,7 @@ pub mod json;
 pub mod py;
 
 use crate::errors::{self as e, InputError, Loc};
-use crate::session::{Message, Part, SmallStr, Span, ToolCall};
+use crate::session::{Message, Part, Short, Shorts, Span, ToolCall};
 use crate::text::error_line;
 
 /// A field the pipeline reads, named by the object it sits in.
@@ -90,6 +90,24 @@ impl PartType {
     }
 }
 
+/// The `state.status` values the pipeline tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Completed,
+    Error,
+    Other,
+}
+
+impl Status {
+    pub fn of(status: &str) -> Status {
+        match status {
+            "completed" => Status::Completed,
+            "error" => Status::Error,
+            _ => Status::Other,
+        }
+    }
+}
+
 /// What a value is.
 pub enum Kind<S: Source> {
     /// absent or null
@@ -117,10 +135,14 @@ pub trait Source: Sized {
     fn item(&self, array: &Self::Array, index: usize) -> Result<Self::Value, Self::Error>;
     /// Whether a value is the boolean `true` (`info.summary`).
     fn is_true(&self, value: &Self::Value) -> bool;
-    /// A short string (role, id, name), copied; `loc`/`key` name it in errors.
-    fn short(&mut self, s: Self::Str, loc: Loc, key: &str) -> Result<SmallStr, Self::Error>;
+    /// A short string (role, id, name), copied into `shorts`; `loc`/`key` name it in errors.
+    fn short(&mut self, s: Self::Str, loc: Loc, key: &str) -> Result<Short, Self::Error>;
+    /// The short strings read so far.
+    fn shorts(&self) -> &Shorts;
     /// A part's `type`, without copying it.
     fn part_type(&mut self, s: Self::Str, loc: Loc) -> Result<PartType, Self::Error>;
+    /// A tool part's `state.status`, without copying it.
+    fn status(&mut self, s: Self::Str, loc: Loc) -> Result<Status, Self::Error>;
     /// A long string (text, output), kept where it is, with its length in code points.
     fn long(&mut self, s: Self::Str, loc: Loc, key: &'static str) -> Result<Span, Self::Error>;
     /// `state.input` when present (a present `null` included): checked and kept for dumping.
@@ -145,7 +167,7 @@ fn short<S: Source>(
     parent: &S::Object,
     field: Field,
     loc: Loc,
-) -> Result<Option<SmallStr>, S::Error> {
+) -> Result<Option<Short>, S::Error> {
     match src.kind(src.get(parent, field)?) {
         Kind::Absent => Ok(None),
         Kind::Str(s) => src.short(s, loc, field.key()).map(Some),
@@ -166,7 +188,7 @@ fn long<S: Source>(
     }
 }
 
-fn non_empty(s: Option<SmallStr>) -> Option<SmallStr> {
+fn non_empty(s: Option<Short>) -> Option<Short> {
     s.filter(|s| !s.is_empty())
 }
 
@@ -206,15 +228,19 @@ pub fn read_message<S: Source>(
     let role = short(src, &info, Field::Role, iloc)?;
     let id = short(src, &info, Field::Id, iloc)?;
     let parent_id = short(src, &info, Field::ParentId, iloc)?;
+    let role_is = |src: &S, text: &str| role.is_some_and(|r| src.shorts().get(r) == text);
+    let assistant = role_is(src, "assistant");
+    let user = role_is(src, "user");
     let mut error = None;
-    if role.as_deref() == Some("assistant") {
+    if assistant {
         if let Some(err) = object(src, &info, Field::InfoError, iloc)? {
             let name = short(src, &err, Field::ErrorName, Loc::Error(i))?;
             let detail = match object(src, &err, Field::ErrorData, Loc::Error(i))? {
                 Some(data) => short(src, &data, Field::DataMessage, Loc::Data(i))?,
                 None => None,
             };
-            error = Some(error_line(name.as_deref(), detail.as_deref()));
+            let text = |s: Option<Short>| s.map(|s| src.shorts().get(s));
+            error = Some(error_line(text(name), text(detail)));
         }
     }
     let list = match src.kind(src.get(&msg, Field::Parts)?) {
@@ -223,12 +249,10 @@ pub fn read_message<S: Source>(
         _ => return Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into()),
     };
     // Only an assistant message can be a compaction summary: nobody else's is read.
-    let summary =
-        role.as_deref() == Some("assistant") && src.is_true(&src.get(&info, Field::Summary)?);
+    let summary = assistant && src.is_true(&src.get(&info, Field::Summary)?);
     let first = parts.len();
     let mut markers = Vec::new();
-    let mut last_tool_name: Option<SmallStr> = None;
-    let user = role.as_deref() == Some("user");
+    let mut last_tool_name: Option<Short> = None;
     for j in 0..src.len(&list) {
         let loc = Loc::Part(i, j);
         let Kind::Object(part) = src.kind(src.item(&list, j)?) else {
@@ -255,7 +279,7 @@ pub fn read_message<S: Source>(
             }
             PartType::Tool => {
                 let call = read_tool(src, &part, i, j)?;
-                last_tool_name = Some(call.name.clone());
+                last_tool_name = Some(call.name);
                 parts.push(Part::Tool(call));
             }
             PartType::ToolResult => {
@@ -263,17 +287,14 @@ pub fn read_message<S: Source>(
                 let tool = non_empty(short(src, &part, Field::Tool, loc)?);
                 let alt = non_empty(short(src, &part, Field::PartName, loc)?);
                 if let Some(text) = text.filter(|t| !t.is_empty()) {
-                    let name = tool
-                        .or(alt)
-                        .or_else(|| last_tool_name.clone())
-                        .unwrap_or_else(|| SmallStr::new(""));
+                    let name = tool.or(alt).or(last_tool_name).unwrap_or(Short::EMPTY);
                     parts.push(Part::ToolResult { name, text });
                 }
             }
             PartType::Compaction => {
                 let tail = short(src, &part, Field::TailStartId, loc)?;
                 if user {
-                    markers.push(tail.map(|t| t.to_string()));
+                    markers.push(tail.map(|t| src.shorts().get(t).to_owned()));
                 }
             }
             PartType::Other => {}
@@ -299,7 +320,7 @@ fn read_tool<S: Source>(
     let loc = Loc::Part(i, j);
     let tool = non_empty(short(src, part, Field::Tool, loc)?);
     let alt = non_empty(short(src, part, Field::PartName, loc)?);
-    let name = tool.or(alt).unwrap_or_else(|| SmallStr::new("unknown"));
+    let name = tool.or(alt).unwrap_or(Short::UNKNOWN);
     let mut call = ToolCall {
         name,
         legacy: true,
@@ -312,11 +333,15 @@ fn read_tool<S: Source>(
         return Ok(call);
     };
     let sloc = Loc::State(i, j);
-    let status = short(src, &state, Field::Status, sloc)?;
+    let status = match src.kind(src.get(&state, Field::Status)?) {
+        Kind::Absent => None,
+        Kind::Str(s) => Some(src.status(s, sloc)?),
+        _ => return Err(sloc.err(Some("status"), e::EXPECTED_STRING).into()),
+    };
     call.legacy = status.is_none();
     call.input = src.input(&state, sloc)?;
-    match status.as_deref() {
-        Some("completed") => {
+    match status {
+        Some(Status::Completed) => {
             call.result = Some(long(src, &state, Field::Output, sloc)?.unwrap_or(Span::EMPTY));
             if let Some(time) = object(src, &state, Field::Time, sloc)? {
                 call.compacted = match src.kind(src.get(&time, Field::Compacted)?) {
@@ -330,7 +355,7 @@ fn read_tool<S: Source>(
                 };
             }
         }
-        Some("error") => {
+        Some(Status::Error) => {
             call.status_error = true;
             call.result = Some(long(src, &state, Field::StateError, sloc)?.unwrap_or(Span::EMPTY));
         }

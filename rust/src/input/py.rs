@@ -14,11 +14,11 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use super::{dict, Field, Kind, PartType, Source};
+use super::{dict, Field, Kind, PartType, Source, Status};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_ascii_string, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
-use crate::session::{first_fault, SmallStr, Span, SpanKind, Unchecked, WideStr};
+use crate::session::{first_fault, Short, Shorts, Span, SpanKind, Unchecked, WideStr};
 use crate::units::Units;
 
 /// A list or a tuple, read in place.
@@ -91,6 +91,8 @@ pub struct PySource<'py> {
     pub unchecked: Vec<Unchecked>,
     /// the checked `state.input` values, kept alive for the render
     pub inputs: Vec<Py<PyAny>>,
+    /// the short strings read (role, id, tool name)
+    pub shorts: Shorts,
 }
 
 /// Dicts looked at for keys to adopt, at most: the first messages have every common field.
@@ -150,6 +152,7 @@ impl<'py> PySource<'py> {
             wide: Vec::new(),
             unchecked: Vec::new(),
             inputs: Vec::new(),
+            shorts: Shorts::default(),
         }
     }
 
@@ -278,12 +281,20 @@ impl<'py> Source for PySource<'py> {
             .is_some_and(|v| v.cast::<PyBool>().is_ok_and(|b| b.is_true()))
     }
 
-    fn short(&mut self, s: Bound<'py, PyString>, loc: Loc, key: &str) -> Result<SmallStr, Failure> {
-        short_str(&s, loc, key)
+    fn short(&mut self, s: Bound<'py, PyString>, loc: Loc, key: &str) -> Result<Short, Failure> {
+        Ok(self.shorts.push(short_text(&s, loc, key)?))
+    }
+
+    fn shorts(&self) -> &Shorts {
+        &self.shorts
     }
 
     fn part_type(&mut self, s: Bound<'py, PyString>, loc: Loc) -> Result<PartType, Failure> {
-        part_type_of(&s, loc)
+        Ok(PartType::of(short_text(&s, loc, "type")?))
+    }
+
+    fn status(&mut self, s: Bound<'py, PyString>, loc: Loc) -> Result<Status, Failure> {
+        Ok(Status::of(short_text(&s, loc, "status")?))
     }
 
     fn long(
@@ -352,23 +363,17 @@ impl<'py> Source for PySource<'py> {
     }
 }
 
-/// A short string (role, id, name), copied: read in place when ASCII, else through the UTF-8
-/// form CPython makes and keeps on it.
-pub(super) fn short_str(s: &Bound<'_, PyString>, loc: Loc, key: &str) -> Result<SmallStr, Failure> {
+/// The text of a short string (role, id, name, type, status): read in place when ASCII, else
+/// through the UTF-8 form CPython makes and keeps on it.
+pub(super) fn short_text<'a>(
+    s: &'a Bound<'_, PyString>,
+    loc: Loc,
+    key: &str,
+) -> Result<&'a str, Failure> {
     if let Some(text) = ascii_text(s) {
-        return Ok(SmallStr::new(text));
+        return Ok(text);
     }
-    let text = s.to_str().map_err(|_| lone_surrogate(loc, key))?;
-    Ok(SmallStr::new(text))
-}
-
-/// A part's `type`, read as `short_str` reads a string, not copied.
-pub(super) fn part_type_of(s: &Bound<'_, PyString>, loc: Loc) -> Result<PartType, Failure> {
-    if let Some(text) = ascii_text(s) {
-        return Ok(PartType::of(text));
-    }
-    let text = s.to_str().map_err(|_| lone_surrogate(loc, "type"))?;
-    Ok(PartType::of(text))
+    s.to_str().map_err(|_| lone_surrogate(loc, key))
 }
 
 /// A `str` read in place: its text when it is ASCII (its characters are their own UTF-8),
