@@ -24,7 +24,7 @@ pub enum Source {
     /// holds the checked `state.input` values, dumped only when a render shows them.
     Objects {
         owned: String,
-        strings: Vec<PyBackedStr>,
+        strings: Vec<KeptStr>,
         /// the strings of the objects that are not ASCII (spans of kind `Wide`)
         wide: Vec<WideStr>,
         /// the lone surrogate check of `wide`, left to the first render
@@ -99,6 +99,43 @@ pub fn first_fault(
         }
     }
     Ok(())
+}
+
+/// A Python `str` kept by a session and read as the UTF-8 it holds: an ASCII one (its
+/// characters are their own UTF-8), or one whose UTF-8 form CPython has made and keeps.
+pub struct KeptStr {
+    _owner: Py<PyString>,
+    data: *const u8,
+    len: usize,
+}
+
+// SAFETY: `data` points into the `str` that `_owner` keeps alive (its characters, or the UTF-8
+// form CPython keeps with it until it is freed), which never change; nothing is written
+// through it. Reading it needs no GIL.
+unsafe impl Send for KeptStr {}
+// SAFETY: as for `Send`: shared access only ever reads immutable data.
+unsafe impl Sync for KeptStr {}
+
+impl KeptStr {
+    /// # Safety
+    /// `data` and `len` must be those of the characters of `owner` (ASCII) or of the UTF-8
+    /// form CPython keeps on it.
+    pub unsafe fn new(owner: Py<PyString>, data: *const u8, len: usize) -> Self {
+        Self {
+            _owner: owner,
+            data,
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for KeptStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        // SAFETY: see `new`: `len` bytes of UTF-8, alive as long as `_owner`, which `self`
+        // holds.
+        unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(self.data, self.len)) }
+    }
 }
 
 /// A Python `str` that is not ASCII, kept in its own layout: one, two or four bytes per code

@@ -10,7 +10,6 @@
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -18,7 +17,7 @@ use super::{dict, Field, Kind, PartType, Source, Status};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_ascii_string, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
-use crate::session::{first_fault, Short, Shorts, Span, SpanKind, Unchecked, WideStr};
+use crate::session::{first_fault, KeptStr, Short, Shorts, Span, SpanKind, Unchecked, WideStr};
 use crate::units::Units;
 
 /// A list or a tuple, read in place.
@@ -84,7 +83,7 @@ pub struct PySource<'py> {
     /// buffer 0 of the session: strings past the last buffer number, copied
     pub arena: String,
     /// buffers 1.. of the session: the long ASCII strings of the objects, kept alive
-    pub strings: Vec<PyBackedStr>,
+    pub strings: Vec<KeptStr>,
     /// the long strings of the objects that are not ASCII, in their own layout
     pub wide: Vec<WideStr>,
     /// `wide` strings not checked for lone surrogates yet, in walk order
@@ -157,6 +156,7 @@ impl<'py> PySource<'py> {
     }
 
     /// Look at a dict for keys to adopt, while there are keys to adopt and budget left.
+    #[inline]
     pub(super) fn note_dict(&mut self, dict: &Bound<'py, PyDict>) {
         if self.unadopted != 0 && self.adopt_budget > 0 {
             self.adopt_keys(dict);
@@ -325,12 +325,20 @@ impl<'py> Source for PySource<'py> {
                 });
             }
         }
-        let chars = s.len()?;
-        let backed = PyBackedStr::try_from(s).map_err(|_| lone_surrogate(loc, key))?;
-        let len = backed.len();
+        let (chars, data, len) = match ascii_text(&s) {
+            Some(text) => (text.len(), text.as_ptr(), text.len()),
+            None => {
+                let chars = s.len()?;
+                let text = s.to_str().map_err(|_| lone_surrogate(loc, key))?;
+                (chars, text.as_ptr(), text.len())
+            }
+        };
         if len == 0 {
             return Ok(Span::EMPTY);
         }
+        // SAFETY: `data` and `len` are the string's own ASCII characters, or the UTF-8 form
+        // CPython keeps on it
+        let backed = unsafe { KeptStr::new(s.unbind(), data, len) };
         match u32::try_from(self.strings.len() + 1) {
             Ok(buf) => {
                 self.strings.push(backed);
