@@ -149,6 +149,7 @@ pub trait Source: Sized {
     fn input(&mut self, state: &Self::Object, loc: Loc) -> Result<Option<Span>, Self::Error>;
 }
 
+#[inline(always)]
 fn object<S: Source>(
     src: &mut S,
     parent: &S::Object,
@@ -162,6 +163,7 @@ fn object<S: Source>(
     }
 }
 
+#[inline(always)]
 fn short<S: Source>(
     src: &mut S,
     parent: &S::Object,
@@ -175,6 +177,7 @@ fn short<S: Source>(
     }
 }
 
+#[inline(always)]
 fn long<S: Source>(
     src: &mut S,
     parent: &S::Object,
