@@ -7,11 +7,13 @@
 //! construction; this one only does without the references and checked casts that the other
 //! needs where Python code could run between two reads.
 
+use std::cell::Cell;
+
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use super::py::{clean_json, short_text, PySource, Seq};
+use super::py::{clean_json, short_text, PySource, Seq, FIELDS};
 use super::{dict, read_messages, Field, Kind, PartType, Source, Status};
 use crate::errors::{InputError, Loc};
 use crate::session::{Message, Part, Short, Shorts, Span};
@@ -38,10 +40,12 @@ pub struct Items {
     len: usize,
 }
 
-/// The walk's state: `PySource`'s, which keeps what the session needs.
+/// The walk's state: `PySource`'s, which keeps what the session needs, and where in its dict
+/// each field was found last (`dict::get_borrowed`).
 struct BorrowedSource<'a, 'py> {
     py: Python<'py>,
     inner: &'a mut PySource<'py>,
+    hints: [Cell<usize>; FIELDS],
 }
 
 /// Read every message of `list` as `read_messages` does with a `PySource`, borrowed. On
@@ -58,7 +62,11 @@ pub fn read_borrowed<'py>(
     }
     // SAFETY: `list` is a live list or tuple (we hold it) and the GIL is held
     let items = unsafe { items_of(list.as_ptr()) }.ok_or(Stop)?;
-    let mut source = BorrowedSource { py, inner: src };
+    let mut source = BorrowedSource {
+        py,
+        inner: src,
+        hints: std::array::from_fn(|_| Cell::new(usize::MAX)),
+    };
     // Nothing below runs Python code (see `Source for BorrowedSource`), so every object
     // reached stays alive and unchanged while it is read.
     read_messages(&mut source, &items, messages, parts)
@@ -97,8 +105,9 @@ impl<'py> BorrowedSource<'_, 'py> {
         let (key, hash) = self.inner.key(field).ok_or(Stop)?;
         // SAFETY: `object` is a live dict (a `Kind::Object` of this source), `key` a live
         // `str` we hold, and the GIL is held
+        let hint = self.hints.get(field as usize).ok_or(Stop)?;
         let found =
-            unsafe { dict::get_borrowed(self.py, object, key.as_ptr(), hash) }.ok_or(Stop)?;
+            unsafe { dict::get_borrowed(self.py, object, key.as_ptr(), hash, hint) }.ok_or(Stop)?;
         // SAFETY: `Py_None` only reads the address of the singleton
         Ok(Obj(if found == unsafe { ffi::Py_None() } {
             std::ptr::null_mut()
@@ -227,8 +236,9 @@ impl<'py> Source for BorrowedSource<'_, 'py> {
     fn input(&mut self, state: &Obj, _loc: Loc) -> Result<Option<Span>, Stop> {
         let (key, hash) = self.inner.key(Field::Input).ok_or(Stop)?;
         // SAFETY: see above
-        let found =
-            unsafe { dict::get_borrowed(self.py, state.0, key.as_ptr(), hash) }.ok_or(Stop)?;
+        let hint = self.hints.get(Field::Input as usize).ok_or(Stop)?;
+        let found = unsafe { dict::get_borrowed(self.py, state.0, key.as_ptr(), hash, hint) }
+            .ok_or(Stop)?;
         if found.is_null() {
             return Ok(None);
         }

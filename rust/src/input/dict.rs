@@ -48,9 +48,10 @@ pub unsafe fn get_borrowed(
     dict: *mut ffi::PyObject,
     key: *mut ffi::PyObject,
     hash: isize,
+    hint: &std::cell::Cell<usize>,
 ) -> Option<*mut ffi::PyObject> {
     if table::enabled(py) {
-        table::probe_borrowed(dict, key, hash)
+        table::probe_borrowed(dict, key, hash, hint)
     } else {
         None
     }
@@ -102,6 +103,7 @@ mod table {
         _dict: *mut ffi::PyObject,
         _key: *mut ffi::PyObject,
         _hash: isize,
+        _hint: &std::cell::Cell<usize>,
     ) -> Option<*mut ffi::PyObject> {
         None
     }
@@ -119,6 +121,7 @@ mod table {
     use pyo3::prelude::*;
     use pyo3::sync::PyOnceLock;
     use pyo3::types::{PyDict, PyString};
+    use std::cell::Cell;
 
     use super::Entry as UnicodeEntry;
 
@@ -241,7 +244,8 @@ mod table {
         hash: isize,
     ) -> Option<Option<Bound<'py, PyAny>>> {
         // SAFETY: `dict` and `key` are live (borrowed) and the GIL is held
-        let found = unsafe { probe_borrowed(dict.as_ptr(), key.as_ptr(), hash)? };
+        let hint = Cell::new(usize::MAX);
+        let found = unsafe { probe_borrowed(dict.as_ptr(), key.as_ptr(), hash, &hint)? };
         // SAFETY: a value of the live `dict`, borrowed from it: the new reference is ours
         Some((!found.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(dict.py(), found) }))
     }
@@ -254,6 +258,7 @@ mod table {
         ptr: *mut ffi::PyObject,
         key: *mut ffi::PyObject,
         hash: isize,
+        hint: &Cell<usize>,
     ) -> Option<*mut ffi::PyObject> {
         // SAFETY: `ptr` is a live exact `dict` (checked) and the GIL is held, so no other
         // thread changes it, and no Python code runs during the probe. Its combined table
@@ -263,14 +268,24 @@ mod table {
         // checked anyway. Its keys are exact `str` (what makes the table of kind unicode).
         // A probe longer than the table gives up.
         let keys = unicode_table(ptr)?;
-        let log2 = (*keys).log2_size;
-        let size = 1usize.checked_shl(u32::from(log2))?;
-        let mask = size - 1;
         let indices = std::ptr::addr_of!((*keys).indices).cast::<u8>();
         let entries = indices
             .add(1usize << (*keys).log2_index_bytes)
             .cast::<UnicodeEntry>();
-        let entry_count = (*keys).nentries;
+        let entry_count = usize::try_from((*keys).nentries).ok()?;
+        // Dicts of one shape hold their keys at the same places: the entry where this key
+        // was last found is looked at first. Its key object is the one looked up, so it is
+        // the key's own entry (a deleted entry has none).
+        let guess = hint.get();
+        if guess < entry_count {
+            let entry = &*entries.add(guess);
+            if entry.key == key {
+                return (!entry.value.is_null()).then_some(entry.value);
+            }
+        }
+        let log2 = (*keys).log2_size;
+        let size = 1usize.checked_shl(u32::from(log2))?;
+        let mask = size - 1;
         let mut perturb = hash as usize;
         let mut i = hash as usize & mask;
         for _ in 0..size {
@@ -281,11 +296,13 @@ mod table {
                 _ => *indices.cast::<i64>().add(i),
             };
             if ix >= 0 {
-                if ix >= entry_count as i64 {
+                let at = usize::try_from(ix).ok()?;
+                if at >= entry_count {
                     return None;
                 }
-                let entry = &*entries.add(ix as usize);
+                let entry = &*entries.add(at);
                 if entry.key == key {
+                    hint.set(at);
                     return (!entry.value.is_null()).then_some(entry.value);
                 }
                 if entry.key.is_null() {

@@ -184,7 +184,7 @@ impl<'py> PySource<'py> {
     }
 }
 
-const FIELDS: usize = 23;
+pub(super) const FIELDS: usize = 23;
 const ALL_FIELDS: [Field; FIELDS] = [
     Field::Info,
     Field::Parts,
