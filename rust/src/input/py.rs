@@ -558,9 +558,12 @@ unsafe fn exact_sequence(value: *mut ffi::PyObject) -> Option<(ffi::Py_ssize_t, 
 ///
 /// # Safety
 /// As `clean_json`, and `s` is an exact `str`.
+#[inline]
 unsafe fn str_clean(py: Python<'_>, s: *mut ffi::PyObject) -> bool {
-    surrogate_free_in_place(&Borrowed::from_ptr(py, s).cast_unchecked::<PyString>())
-        .unwrap_or(false)
+    // an ASCII string (the flag is set only on a ready one) holds no surrogate
+    ffi::PyUnicode_IS_ASCII(s) != 0
+        || surrogate_free_in_place(&Borrowed::from_ptr(py, s).cast_unchecked::<PyString>())
+            .unwrap_or(false)
 }
 
 /// `check_value` the long way, through PyO3's checked casts, naming the first fault.
