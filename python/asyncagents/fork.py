@@ -13,7 +13,7 @@ from .config import DEFAULT_CONFIG, ForkConfig
 from .errors import ForkInputError
 from .models import Message
 from .preamble import build_preamble
-from .stats import ForkStats, TierDistribution
+from .stats import ForkStats
 
 Engine = Literal["rust", "python"]
 MessagesInput = bytes | bytearray | memoryview | str | Sequence[Any] | dict[str, Any]
@@ -52,13 +52,11 @@ def build_fork_context(
     else:
         raise ValueError(f'engine must be "rust" or "python", not {engine!r}')
     context, stats = counts
-    stats_model = ForkStats(
-        original_count=original_count,
-        compaction_detected=sliced.detected,
-        compaction_slice_index=sliced.slice_index,
-        compaction_tail_messages=sliced.tail_messages,
-        **stats,
-    )
+    stats["original_count"] = original_count
+    stats["compaction_detected"] = sliced.detected
+    stats["compaction_slice_index"] = sliced.slice_index
+    stats["compaction_tail_messages"] = sliced.tail_messages
+    stats_model = ForkStats.model_validate(stats)
     if not context:
         return ForkContext(text="", preamble="", context="", stats=stats_model)
     preamble = build_preamble(stats_model, config)
@@ -124,9 +122,7 @@ def _run_python(
         "total_chars": len(fitted.context),
         "truncated_results": counts.truncated,
         "removed_messages": fitted.removed,
-        "tier_distribution": TierDistribution(
-            tier1=counts.tier1, tier2=counts.tier2, tier3=counts.tier3
-        ),
+        "tier_distribution": {"tier1": counts.tier1, "tier2": counts.tier2, "tier3": counts.tier3},
         "head_tail_applied": counts.head_tail,
         "compacted_results": counts.compacted,
         "hard_capped": fitted.hard_capped,
@@ -155,7 +151,7 @@ def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
         "total_chars": out.total_chars,
         "truncated_results": out.truncated_results,
         "removed_messages": out.removed_messages,
-        "tier_distribution": TierDistribution(tier1=out.tier1, tier2=out.tier2, tier3=out.tier3),
+        "tier_distribution": {"tier1": out.tier1, "tier2": out.tier2, "tier3": out.tier3},
         "head_tail_applied": out.head_tail_applied,
         "compacted_results": out.compacted_results,
         "hard_capped": out.hard_capped,
