@@ -34,7 +34,9 @@ pub fn new_str<'py>(
     }
     if widest < 0x80 {
         if let Some(text) = context.as_text() {
-            return Ok(PyString::new(py, text));
+            // SAFETY: the text is the context's only piece, and no byte of it is above 0x7f
+            // (`widest_in_utf8` of it is 0)
+            return unsafe { ascii_str(py, text) };
         }
     }
     let (maxchar, width): (u32, usize) = match widest {
@@ -77,6 +79,24 @@ pub fn new_str<'py>(
         // a string with unwritten units.
         Ok(PyString::new(py, &context.to_utf8()))
     }
+}
+
+/// An ASCII `text` as a `str`, copied once: CPython's own decoder would check every byte again
+/// as it copies.
+///
+/// # Safety
+/// `text` must be ASCII: a byte above 0x7f would make a `str` that lies about its kind.
+unsafe fn ascii_str<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyString>> {
+    let size = ffi::Py_ssize_t::try_from(text.len())
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("context too long"))?;
+    // PyUnicode_New returns a new reference to a ready, compact ASCII `str` of `size` one-byte
+    // units, uninitialized, or NULL with an exception set; it is not shared yet, and the
+    // `text.len()` ASCII bytes (the caller's promise) are written into its `size` units.
+    let string = Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_New(size, 0x7f))?
+        .cast_into_unchecked::<PyString>();
+    let data = ffi::PyUnicode_DATA(string.as_ptr()).cast::<u8>();
+    std::ptr::copy_nonoverlapping(text.as_ptr(), data, text.len());
+    Ok(string)
 }
 
 /// Write the pieces of `context` into `out`, whose units are wide enough for every one. The
