@@ -39,7 +39,7 @@ use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
 use crate::input::{
     borrowed::read_borrowed, json::JsonReader, py::PySource, py::Seq, read_messages,
 };
-use crate::session::{Session, Short, Source, SurrogateCheck};
+use crate::session::{Message, Part, Session, Short, Source, SurrogateCheck};
 use crate::utf8::Utf8Bytes;
 
 /// A parsed and checked session, ready to render.
@@ -206,21 +206,22 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let py = messages.py();
     let list = message_list(messages)?;
-    let mut src = PySource::new(py);
-    let (mut out, mut parts) = (Vec::new(), Vec::new());
     // The common case, borrowed; anything it does not read is read again from the start,
     // with references and checked casts, which name the first fault.
-    if read_borrowed(py, &mut src, &list, &mut out, &mut parts).is_err() {
-        src = PySource::new(py);
-        out.clear();
-        parts.clear();
-        if let Err(fault) = read_messages(&mut src, &list, &mut out, &mut parts) {
-            // the strings kept in their own layout all precede where the walk stopped: a
-            // lone surrogate in one of them is the first fault
-            src.first_lone_surrogate()?;
-            return Err(fault.into());
+    let (src, out, parts) = match walk_borrowed(py, &list) {
+        Some(walked) => walked,
+        None => {
+            let mut src = PySource::new(py);
+            let (mut out, mut parts) = (Vec::new(), Vec::new());
+            if let Err(fault) = read_messages(&mut src, &list, &mut out, &mut parts) {
+                // the strings kept in their own layout all precede where the walk stopped:
+                // a lone surrogate in one of them is the first fault
+                src.first_lone_surrogate()?;
+                return Err(fault.into());
+            }
+            (src, out, parts)
         }
-    }
+    };
     let source = Source::Objects {
         owned: src.arena,
         strings: src.strings,
@@ -245,15 +246,24 @@ fn py_probes_dict_tables(py: Python<'_>) -> bool {
     input::dict::probing(py)
 }
 
+/// The messages of `list` read by the borrowed walk, with what it kept; `None` where it
+/// stopped.
+fn walk_borrowed<'py>(
+    py: Python<'py>,
+    list: &Seq<'py>,
+) -> Option<(PySource<'py>, Vec<Message>, Vec<Part>)> {
+    let mut src = PySource::new(py);
+    let (mut out, mut parts) = (Vec::new(), Vec::new());
+    read_borrowed(py, &mut src, list, &mut out, &mut parts).ok()?;
+    Some((src, out, parts))
+}
+
 /// Whether the borrowed walk reads these messages to the end, without handing them to the
 /// checked walk: for the tests, which expect it of plain dicts and lists.
 #[pyfunction(name = "_walks_borrowed")]
 fn py_walks_borrowed(messages: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let py = messages.py();
     let list = message_list(messages)?;
-    let mut src = PySource::new(py);
-    let (mut out, mut parts) = (Vec::new(), Vec::new());
-    Ok(read_borrowed(py, &mut src, &list, &mut out, &mut parts).is_ok())
+    Ok(walk_borrowed(messages.py(), &list).is_some())
 }
 
 #[pymodule]

@@ -1,6 +1,8 @@
 //! The scanned JSON document as a `Source`: objects are the scanner's nodes, strings are spans
 //! of the document (never copied, already measured in code points).
 
+use std::borrow::Cow;
+
 use super::read_message;
 use super::{Field, Kind, PartType, Source, Status};
 use crate::errors::{self as e, InputError, Loc};
@@ -79,11 +81,13 @@ pub struct JsonSource<'a> {
     pub shorts: &'a mut Shorts,
 }
 
-impl JsonSource<'_> {
-    fn raw(&self, s: Str) -> &str {
-        self.text
-            .get(s.start as usize..s.end as usize)
-            .unwrap_or("")
+/// The text of a short string literal of the document, unescaped if it has escapes.
+fn decoded(text: &str, s: Str) -> Cow<'_, str> {
+    let raw = text.get(s.start as usize..s.end as usize).unwrap_or("");
+    if s.escaped {
+        Cow::Owned(unescape(raw))
+    } else {
+        Cow::Borrowed(raw)
     }
 }
 
@@ -132,15 +136,7 @@ impl Source for JsonSource<'_> {
     }
 
     fn short(&mut self, s: Str, _: Loc, _: &str) -> Result<Short, InputError> {
-        let raw = self
-            .text
-            .get(s.start as usize..s.end as usize)
-            .unwrap_or("");
-        Ok(if s.escaped {
-            self.shorts.push(&unescape(raw))
-        } else {
-            self.shorts.push(raw)
-        })
+        Ok(self.shorts.push(&decoded(self.text, s)))
     }
 
     fn shorts(&self) -> &Shorts {
@@ -148,21 +144,11 @@ impl Source for JsonSource<'_> {
     }
 
     fn part_type(&mut self, s: Str, _: Loc) -> Result<PartType, InputError> {
-        let raw = self.raw(s);
-        Ok(if s.escaped {
-            PartType::of(&unescape(raw))
-        } else {
-            PartType::of(raw)
-        })
+        Ok(PartType::of(&decoded(self.text, s)))
     }
 
     fn status(&mut self, s: Str, _: Loc) -> Result<Status, InputError> {
-        let raw = self.raw(s);
-        Ok(if s.escaped {
-            Status::of(&unescape(raw))
-        } else {
-            Status::of(raw)
-        })
+        Ok(Status::of(&decoded(self.text, s)))
     }
 
     fn long(&mut self, s: Str, _: Loc, _: &'static str) -> Result<Span, InputError> {
