@@ -493,23 +493,36 @@ def test_lone_surrogates_in_read_strings_from_objects(engine, doc, path):
 
 
 @pytest.mark.parametrize("wide", ["é", "漢", "😀"])
-def test_first_fault_wins_between_a_lone_surrogate_and_a_later_wrong_type(engine, wide):
+def test_a_wrong_type_anywhere_beats_a_lone_surrogate_in_a_long_text(engine, wide):
+    # a long text's lone surrogate is looked for only once the context is known to show its
+    # message, after every message was read; a short string's is found where it is read
     bad_text = {"info": {}, "parts": [{"type": "text", "text": wide * 50 + "\ud800"}]}
     wrong_type = {"info": {"role": 7}, "parts": []}
     fine = {"info": {}, "parts": [{"type": "text", "text": wide * 50}]}
-    check([fine, bad_text, wrong_type], engine, "messages[1].parts[0].text", LONE)
+    check([fine, bad_text, wrong_type], engine, "messages[2].info.role", "expected a string")
     check([fine, wrong_type, bad_text], engine, "messages[1].info.role", "expected a string")
-    # within one tool part: the output is read before the time
+    check([fine, bad_text, fine], engine, "messages[1].parts[0].text", LONE)
+    bad_id = {"info": {"id": wide + "\udfff"}, "parts": []}
+    check([fine, bad_id, wrong_type], engine, "messages[1].info.id", LONE)
+    # within one tool part: the time is checked, the output's lone surrogate waits
     part = {
         "type": "tool",
         "state": {"status": "completed", "output": wide + "\udfff", "time": {"compacted": "x"}},
     }
+    check(
+        [{"info": {}, "parts": [part]}],
+        engine,
+        "messages[0].parts[0].state.time.compacted",
+        "expected a number",
+    )
+    del part["state"]["time"]
     check([{"info": {}, "parts": [part]}], engine, "messages[0].parts[0].state.output", LONE)
 
 
-# The Rust engine checks the non-ASCII strings of walked objects for lone surrogates in its first
-# render: those its searches narrow in that same pass, the others after (docs/pipeline-contract.md).
-# Whichever way a string is checked, the first fault in walk order is the one reported.
+# Long texts (texts, outputs, errors) of walked objects are checked for lone surrogates only in the
+# messages the context shows, in context order (docs/pipeline-contract.md). The Rust engine learns
+# the verdicts of the strings its searches narrow in that same pass, and scans the others after.
+# Whichever way a string is checked, the first fault of the shown messages is the one reported.
 
 CLEARED = "[Old tool result content cleared]"
 #: characters the render narrows at a time (`NARROW_BLOCK` in rust/src/tiers.rs)
@@ -556,13 +569,66 @@ def test_first_lone_surrogate_in_walk_order_between_searched_and_unsearched_stri
     check([searched, short], engine, OUTPUT.format(0), LONE)
 
 
-def test_lone_surrogate_in_a_message_compaction_drops(engine):
+def test_lone_surrogate_in_a_message_compaction_drops_is_never_read(engine):
     dropped = _output("😀" * 3000 + "\ud800")
+    dropped_text = _text("漢" * 10 + "\udfff")
     marker = user("msg_c", compaction())
     summary = assistant("msg_s", {"type": "text", "text": "summary"}, parent="msg_c", summary=True)
     after = _output("😀" * 3000)
-    check([dropped, marker, summary, after], engine, OUTPUT.format(0), LONE)
-    assert build_fork_context([marker, summary, after], engine=engine).stats.final_count == 2
+    forked = build_fork_context([dropped, dropped_text, marker, summary, after], engine=engine)
+    alone = build_fork_context([marker, summary, after], engine=engine)
+    assert forked.context == alone.context
+    assert forked.stats.final_count == alone.stats.final_count == 2
+    # the same message kept (after the summary) is shown, and its fault found
+    check([marker, summary, after, dropped], engine, OUTPUT.format(3), LONE)
+    # a short string is read for compaction in every message: its fault is found anywhere
+    bad_id = {"info": {"id": "漢\ud800"}, "parts": []}
+    check([bad_id, marker, summary, after], engine, "messages[0].info.id", LONE)
+
+
+def test_lone_surrogate_in_a_message_the_budget_drops_is_never_read(engine):
+    config = ForkConfig(char_budget=20_000, char_no_removal=10_000)
+    old = _text("漢" * 5_000 + "\ud800")
+    old_output = _output("😀" * 15_000 + "\udfff")  # counted and searched, never shown
+    newest = [_text("漢" * 3_000), _output("é" * 4_000)]
+    forked = build_fork_context([old, old_output, *newest], config, engine=engine)
+    assert forked.stats.final_count == 2
+    assert forked.stats.removed_messages == 2
+    assert forked.context == build_fork_context(newest, config, engine=engine).context
+    # with room for all of them, the first fault in context order is reported
+    roomy = ForkConfig(char_budget=100_000, char_no_removal=100_000)
+    with pytest.raises(ForkInputError) as info:
+        build_fork_context([old, old_output, *newest], roomy, engine=engine)
+    assert (info.value.path, info.value.detail) == (TEXT.format(0), LONE)
+
+
+class _Text(str):
+    """A `str` subclass: CPython keeps its characters apart from the object."""
+
+
+def test_lone_surrogate_in_a_str_subclass_waits_like_the_others(engine):
+    bad = _Text("漢" * 100 + "\udc00")
+    marker = user("msg_c", compaction())
+    summary = assistant("msg_s", {"type": "text", "text": "summary"}, parent="msg_c", summary=True)
+    dropped = [_output(bad), _text(bad)]
+    alone = build_fork_context([marker, summary], engine=engine)
+    assert build_fork_context([*dropped, marker, summary], engine=engine).context == alone.context
+    check([marker, summary, *dropped], engine, OUTPUT.format(2), LONE)
+    check([marker, summary, _text(_Text("é" + bad))], engine, TEXT.format(2), LONE)
+
+
+def test_lone_surrogate_in_the_one_message_the_hard_cap_cuts(engine):
+    # the newest message alone is too long: its body is cut, and its fault still found,
+    # wherever it lies in the body
+    config = ForkConfig(char_budget=2_000, char_no_removal=1_000)
+    capped = build_fork_context([_text("fine"), _text("漢" * 20_000)], config, engine=engine)
+    assert capped.stats.hard_capped
+    assert capped.stats.final_count == 1
+    for at in (0, 10_000, 19_999):
+        value = "漢" * at + "\ud800" + "漢" * (20_000 - at)
+        with pytest.raises(ForkInputError) as info:
+            build_fork_context([_text("fine" + "\udfff"), _text(value)], config, engine=engine)
+        assert (info.value.path, info.value.detail) == (TEXT.format(1), LONE)
 
 
 def test_lone_surrogate_with_needles_that_are_not_ascii(engine):
@@ -573,15 +639,17 @@ def test_lone_surrogate_with_needles_that_are_not_ascii(engine):
     assert (info.value.path, info.value.detail) == (OUTPUT.format(0), LONE)
 
 
-def test_walked_session_with_a_lone_surrogate_fails_every_render():
+def test_walked_session_with_a_lone_surrogate_fails_every_render_that_shows_it():
     session = _core.from_objects([_output("漢" * 100), _output("😀" * 5000 + "\ud800")])
     for _ in range(2):
         with pytest.raises(ForkInputError) as info:
             session.render([0, 1], ForkConfig())
         assert (info.value.path, info.value.detail) == (OUTPUT.format(1), LONE)
-        # the fault is in the session, not in what a render keeps
-        with pytest.raises(ForkInputError):
-            session.render([0], ForkConfig())
+        # a render that keeps only the other message never reads it
+        assert session.render([0], ForkConfig()).final_count == 1
+        with pytest.raises(ForkInputError) as info:
+            session.render([1, 0], ForkConfig())
+        assert info.value.path == OUTPUT.format(1)
 
 
 def test_walked_session_renders_the_same_twice():

@@ -22,8 +22,9 @@ _Summary = tuple[int, str | None]
 class ParsedSession:
     """A parsed and checked session; its large strings stay in the input buffer.
 
-    From `from_objects`, the check of non-ASCII strings for lone surrogates is left to the
-    first `render`, which reads them anyway: it raises `ForkInputError` for the first one.
+    From `from_objects`, the lone surrogate check of long texts (texts, outputs, errors) is
+    left to each `render`, for the messages its context shows (the others are never written):
+    it raises `ForkInputError` for the first one in context order.
     """
 
     def __len__(self) -> int: ...

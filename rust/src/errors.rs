@@ -100,6 +100,14 @@ pub enum Loc {
 }
 
 impl Loc {
+    /// The index of the message this location is in.
+    pub fn message(self) -> usize {
+        match self {
+            Loc::Message(i) | Loc::Info(i) | Loc::Error(i) | Loc::Data(i) => i,
+            Loc::Part(i, _) | Loc::State(i, _) | Loc::Time(i, _) => i,
+        }
+    }
+
     /// The path of this location, with `.key` appended when given.
     pub fn path(self, key: Option<&str>) -> String {
         let mut path = match self {

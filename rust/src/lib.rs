@@ -104,7 +104,7 @@ impl ParsedSession {
             )));
         }
         let session = &self.session;
-        let planned = py.detach(|| pipeline::plan(session, &kept, &config))?;
+        let planned = py.detach(|| pipeline::plan(session, &kept, &config));
         let measured = match &session.source {
             // dumping parameters reads Python objects: with the GIL
             Source::Objects { inputs, .. } => {
@@ -115,7 +115,10 @@ impl ParsedSession {
                 py.detach(|| pipeline::measure(session, &planned, &config, &mut params::NoObjects))?
             }
         };
-        let out = py.detach(|| pipeline::write(session, &planned, &measured, &config));
+        let out = py.detach(|| {
+            pipeline::check_shown(session, &kept, &planned, &measured)?;
+            Ok::<_, InputError>(pipeline::write(session, &planned, &measured, &config))
+        })?;
         Ok(RenderResult {
             context: pystr::new_str(py, &out.context, out.total_chars)?.unbind(),
             final_count: out.final_count,
@@ -200,8 +203,8 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
 }
 
 /// Check and read a list of message dicts (or an export document), walking the Python objects
-/// directly. Non-ASCII strings are checked for lone surrogates by the first render, which reads
-/// them anyway (see `SurrogateCheck`).
+/// directly. Long non-ASCII strings (texts, outputs, errors) are checked for lone surrogates by
+/// the renders, for the messages their contexts show (see `SurrogateCheck`).
 #[pyfunction(name = "from_objects")]
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let py = messages.py();
@@ -213,12 +216,7 @@ fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
         None => {
             let mut src = PySource::new(py);
             let (mut out, mut parts) = (Vec::new(), Vec::new());
-            if let Err(fault) = read_messages(&mut src, &list, &mut out, &mut parts) {
-                // the strings kept in their own layout all precede where the walk stopped:
-                // a lone surrogate in one of them is the first fault
-                src.first_lone_surrogate()?;
-                return Err(fault.into());
-            }
+            read_messages(&mut src, &list, &mut out, &mut parts)?;
             (src, out, parts)
         }
     };

@@ -12,7 +12,7 @@ use crate::output::{Context, Output, Piece};
 #[cfg(test)]
 use crate::params::NoObjects;
 use crate::params::{DumpInput, Params};
-use crate::session::{Message, Session};
+use crate::session::{Message, Session, Verdicts};
 use crate::text::{count_chars, cut_head_tail, head_tail_sizes};
 use crate::tiers::{plan_results, Counts, ResultPlan};
 use crate::transcript::{body, head, head_len, result_count, Count, Write};
@@ -34,30 +34,40 @@ pub struct Planned<'s> {
     /// every result of `messages`, in order
     plans: Vec<ResultPlan>,
     counts: Counts,
+    /// what the searches learned of walked strings' lone surrogates (`SurrogateCheck`)
+    verdicts: Verdicts,
 }
 
-/// Stage 2: the kept messages and their result plans. For walked objects, the first render
-/// also finishes their lone surrogate check (`SurrogateCheck`), a fault in any message failing
-/// it as the walk would have.
-pub fn plan<'s>(
-    session: &'s Session,
-    kept: &[usize],
-    config: &Config,
-) -> Result<Planned<'s>, InputError> {
-    if let Some(Err(fault)) = session.surrogates().and_then(|c| c.outcome()) {
-        return Err(fault.clone());
-    }
+/// Stage 2: the kept messages and their result plans.
+pub fn plan<'s>(session: &'s Session, kept: &[usize], config: &Config) -> Planned<'s> {
     let (plans, counts, verdicts) = plan_results(session, kept, config);
-    session.check_surrogates(&verdicts)?;
     let messages = kept
         .iter()
         .filter_map(|&m| session.messages.get(m))
         .collect();
-    Ok(Planned {
+    Planned {
         messages,
         plans,
         counts,
-    })
+        verdicts,
+    }
+}
+
+/// For walked objects, the lone surrogate check of the messages the context shows (the
+/// survivors of `kept`, in context order), before anything is written: only they are written,
+/// so the strings of the others are never read for it (`SurrogateCheck`).
+pub fn check_shown(
+    session: &Session,
+    kept: &[usize],
+    planned: &Planned<'_>,
+    measured: &Measured,
+) -> Result<(), InputError> {
+    let first = match measured.fit {
+        Fit::From(first) => first,
+        Fit::HardCap { .. } => kept.len().saturating_sub(1),
+    };
+    let shown = kept.get(first..).unwrap_or(&[]);
+    session.check_surrogates(&planned.verdicts, shown.iter().copied())
 }
 
 /// Which messages survive, from their sizes (measured from the newest only as far as needed).
@@ -233,8 +243,9 @@ pub fn run<'s>(
     kept: &[usize],
     config: &Config,
 ) -> Result<Rendered<'s>, Failure> {
-    let planned = plan(session, kept, config)?;
+    let planned = plan(session, kept, config);
     let measured = measure(session, &planned, config, &mut NoObjects)?;
+    check_shown(session, kept, &planned, &measured)?;
     Ok(write(session, &planned, &measured, config))
 }
 

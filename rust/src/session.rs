@@ -3,7 +3,7 @@
 //! alive and never copied, or the caller's Python strings themselves, kept alive: ASCII ones
 //! borrowed as UTF-8, the others in their own layout (`WideStr`), plus a small arena.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyString;
@@ -27,7 +27,7 @@ pub enum Source {
         strings: Vec<KeptStr>,
         /// the strings of the objects that are not ASCII (spans of kind `Wide`)
         wide: Vec<WideStr>,
-        /// the lone surrogate check of `wide`, left to the first render
+        /// the lone surrogate check of `wide`, left to the renders
         surrogates: SurrogateCheck,
         inputs: Vec<Py<PyAny>>,
     },
@@ -42,16 +42,24 @@ pub struct Unchecked {
     pub key: &'static str,
 }
 
-/// The lone surrogate check of the `wide` strings of a walk. Scanning every unit is the
-/// costliest step of a walk, and a render reads the same units for its searches: the first
-/// render checks the strings it searches in that same pass and the others after it, then
-/// reports the first fault in walk order, as the walk would have.
+/// The lone surrogate check of the `wide` strings of a walk, for the messages a render's
+/// context shows: only those are written, so only their strings are read for it (a long
+/// history that compaction or the budget drops costs nothing here). The render's narrowed
+/// searches learn the verdicts of the strings they read in the same pass; every verdict is
+/// kept for later renders.
 #[derive(Debug, Default)]
 pub struct SurrogateCheck {
-    /// in walk order
+    /// in walk order, so in the order of their messages
     unchecked: Vec<Unchecked>,
-    outcome: OnceLock<Result<(), InputError>>,
+    /// by `unchecked` entry: `UNKNOWN`, `CLEAN` or `FAULTY`
+    verdicts: Vec<AtomicU8>,
+    /// how many `verdicts` are still `UNKNOWN`
+    unknown: AtomicUsize,
 }
+
+const UNKNOWN: u8 = 0;
+const CLEAN: u8 = 1;
+const FAULTY: u8 = 2;
 
 /// What a render's searches learned of the `wide` strings, by index: `Some(true)` for a lone
 /// surrogate, `Some(false)` for none, `None` for not scanned.
@@ -59,46 +67,59 @@ pub type Verdicts = Vec<Option<bool>>;
 
 impl SurrogateCheck {
     pub fn new(unchecked: Vec<Unchecked>) -> Self {
+        let verdicts = unchecked.iter().map(|_| AtomicU8::new(UNKNOWN)).collect();
         Self {
+            unknown: AtomicUsize::new(unchecked.len()),
             unchecked,
-            outcome: OnceLock::new(),
+            verdicts,
         }
     }
 
-    /// The outcome, once known.
-    pub fn outcome(&self) -> Option<&Result<(), InputError>> {
-        self.outcome.get()
-    }
-
-    /// Whether a render still has strings to check.
+    /// Whether some string has no verdict yet (a render's searches then collect them).
     pub fn pending(&self) -> bool {
-        self.outcome.get().is_none() && !self.unchecked.is_empty()
+        self.unknown.load(Ordering::Relaxed) > 0
     }
 
-    /// Check every string, taking the verdicts already known; remembered for later renders.
-    pub fn check(&self, wide: &[WideStr], known: &[Option<bool>]) -> Result<(), InputError> {
-        self.outcome
-            .get_or_init(|| first_fault(&self.unchecked, wide, known))
-            .clone()
-    }
-}
-
-/// The first of `unchecked` (in walk order) with a lone surrogate, as an input error.
-pub fn first_fault(
-    unchecked: &[Unchecked],
-    wide: &[WideStr],
-    known: &[Option<bool>],
-) -> Result<(), InputError> {
-    for u in unchecked {
-        let faulty = match known.get(u.wide).copied().flatten() {
-            Some(faulty) => faulty,
-            None => wide.get(u.wide).is_some_and(|w| w.units().has_surrogate()),
-        };
-        if faulty {
-            return Err(InputError::new(u.loc.path(Some(u.key)), LONE_SURROGATE));
+    /// The first lone surrogate in the strings of the `shown` messages (in the order given,
+    /// each message's strings in walk order), taking the verdicts the render's searches
+    /// learned (`known`, by `wide` index) and those of earlier renders.
+    pub fn check(
+        &self,
+        wide: &[WideStr],
+        known: &[Option<bool>],
+        shown: impl IntoIterator<Item = usize>,
+    ) -> Result<(), InputError> {
+        if self.unchecked.is_empty() {
+            return Ok(());
         }
+        for m in shown {
+            let first = self.unchecked.partition_point(|u| u.loc.message() < m);
+            let entries = self.unchecked.iter().zip(&self.verdicts).skip(first);
+            for (u, verdict) in entries.take_while(|(u, _)| u.loc.message() == m) {
+                let faulty = match verdict.load(Ordering::Relaxed) {
+                    UNKNOWN => {
+                        let faulty = match known.get(u.wide).copied().flatten() {
+                            Some(faulty) => faulty,
+                            None => wide.get(u.wide).is_some_and(|w| w.units().has_surrogate()),
+                        };
+                        let now = if faulty { FAULTY } else { CLEAN };
+                        if verdict
+                            .compare_exchange(UNKNOWN, now, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                        {
+                            self.unknown.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        faulty
+                    }
+                    seen => seen == FAULTY,
+                };
+                if faulty {
+                    return Err(InputError::new(u.loc.path(Some(u.key)), LONE_SURROGATE));
+                }
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A Python `str` kept by a session and read as the UTF-8 it holds: an ASCII one (its
@@ -415,12 +436,17 @@ impl Session {
         }
     }
 
-    /// Finish the lone surrogate check of walked strings (a no-op after the first success).
-    pub fn check_surrogates(&self, known: &[Option<bool>]) -> Result<(), InputError> {
+    /// The lone surrogate check of walked strings, for the `shown` messages (see
+    /// `SurrogateCheck::check`); nothing to check for a session read from JSON.
+    pub fn check_surrogates(
+        &self,
+        known: &[Option<bool>],
+        shown: impl IntoIterator<Item = usize>,
+    ) -> Result<(), InputError> {
         match &self.source {
             Source::Objects {
                 wide, surrogates, ..
-            } => surrogates.check(wide, known),
+            } => surrogates.check(wide, known, shown),
             _ => Ok(()),
         }
     }

@@ -4,6 +4,8 @@ Every check of docs/pipeline-contract.md lives here, in the order the contract f
 the Rust engine can be held to the same path and detail for every malformed input. One pass over
 the messages checks everything and keeps only what the later stages read; large strings are
 kept by reference, never copied, and parameters stay unserialised until a message is rendered.
+The one check left for later is the lone surrogate check of long texts (`check_shown`): only the
+messages the context shows are written, so only theirs are read for it.
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ class Message:
     results: list[ToolCall | ToolResult]
     #: an assistant message whose ``info.summary`` is JSON true (a compaction summary)
     summary: bool
+    #: its long texts from caller objects that are not ASCII, as (part index, field path,
+    #: text), in part order: checked for lone surrogates only if the context shows the
+    #: message (`check_shown`); None when there are none
+    unchecked: list[tuple[int, str, str]] | None = None
 
 
 class ParsedMessages(list[Any]):
@@ -186,6 +192,15 @@ def surrogate_free(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _text(obj: dict[str, Any], key: str, where: str) -> str | None:
+    """A long text field (a text, an output, an error): a str, whose lone surrogate check
+    waits until the context is known to show its message (`check_shown`)."""
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise _Invalid(f"{where}.{key}", "expected a string")
 
 
 def _string(obj: dict[str, Any], key: str, where: str) -> str | None:
@@ -320,7 +335,9 @@ _NO_RESULTS: list[ToolCall | ToolResult] = []
 
 # The readers below test the common cases inline, None or `type(v) is str and (parsed or
 # v.isascii())` (a str that needs no lone surrogate check), and call `_string` for anything
-# else: a non-str raises, a non-ASCII str from caller objects gets the surrogate check.
+# else: a non-str raises, a non-ASCII str from caller objects gets the surrogate check. The
+# long texts (a text, a result, an error) go to `_text` instead: their check waits for
+# `check_shown`, which reads only the messages the context shows.
 
 
 def _read_message(
@@ -351,6 +368,7 @@ def _read_message(
     results = _NO_RESULTS
     tail_ids: list[str | None] = []
     last_tool_name: str | None = None
+    unchecked: list[tuple[int, str, str]] | None = None
     for j, part in enumerate(parts):
         try:
             if type(part) is not dict and not isinstance(part, dict):
@@ -363,7 +381,9 @@ def _read_message(
             if kind == "text":
                 text = part.get("text")
                 if text is not None and not (type(text) is str and (parsed or text.isascii())):
-                    text = _string(part, "text", "")
+                    text = _text(part, "text", "")
+                    if not parsed and text:
+                        unchecked = _defer(unchecked, j, ".text", text)
                 ignored = part.get("ignored")
                 if ignored is not None and type(ignored) is not bool:
                     raise _Invalid(".ignored", "expected a boolean")
@@ -371,6 +391,9 @@ def _read_message(
                     items.append(text)
             elif kind == "tool":
                 call = _read_tool(part, parsed)
+                if not parsed and call.result and not call.result.isascii():
+                    key = ".state.error" if call.is_error else ".state.output"
+                    unchecked = _defer(unchecked, j, key, call.result)
                 last_tool_name = call.name
                 items.append(call)
                 if call.result is not None:
@@ -378,7 +401,9 @@ def _read_message(
                         results = []
                     results.append(call)
             elif kind == "tool_result":
-                text = _string(part, "text", "")
+                text = _text(part, "text", "")
+                if not parsed and text and not text.isascii():
+                    unchecked = _defer(unchecked, j, ".text", text)
                 tool = _string(part, "tool", "")
                 alt_name = _string(part, "name", "")
                 if text:
@@ -394,7 +419,32 @@ def _read_message(
         except _Invalid as bad:
             raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
     summary = role == "assistant" and info.get("summary") is True
-    return Message(role, error_line, items, results, summary), msg_id, parent_id, tail_ids
+    record = Message(role, error_line, items, results, summary, unchecked)
+    return record, msg_id, parent_id, tail_ids
+
+
+def _defer(
+    unchecked: list[tuple[int, str, str]] | None, j: int, key: str, text: str
+) -> list[tuple[int, str, str]]:
+    """`unchecked` with (part `j`, `key`, `text`) appended: made on first use."""
+    if unchecked is None:
+        return [(j, key, text)]
+    unchecked.append((j, key, text))
+    return unchecked
+
+
+def check_shown(messages: list[Message], shown: Sequence[int]) -> None:
+    """The lone surrogate check of the long texts of the messages the context shows
+    (indexes into `messages`, in context order): the first fault in that order, part by part.
+
+    A message the fork does not show (compaction or the budget dropped it) is never written,
+    so its texts are not read for this: that work would cost as much as the rest of the
+    reference together on sessions with long non-ASCII histories.
+    """
+    for i in shown:
+        for j, key, text in messages[i].unchecked or ():
+            if not surrogate_free(text):
+                raise ForkInputError(f"messages[{i}].parts[{j}]{key}", "contains a lone surrogate")
 
 
 def _error_line(info: dict[str, Any]) -> str | None:
@@ -432,8 +482,8 @@ def _read_tool(part: dict[str, Any], parsed: bool) -> ToolCall:
             check_json_value(state["input"], ".state.input")
     if status == "completed":
         output = state.get("output")
-        if output is not None and not (type(output) is str and (parsed or output.isascii())):
-            output = _string(state, "output", ".state")
+        if output is not None and type(output) is not str:
+            output = _text(state, "output", ".state")
         time = state.get("time")
         compacted = False
         if time is not None:
@@ -445,6 +495,6 @@ def _read_tool(part: dict[str, Any], parsed: bool) -> ToolCall:
             compacted = stamp is not None
         return ToolCall(name, state, False, output or "", False, compacted)
     if status == "error":
-        error = _string(state, "error", ".state") or ""
+        error = _text(state, "error", ".state") or ""
         return ToolCall(name, state, False, error, True, False)
     return ToolCall(name, state, status is None, None, False, False)

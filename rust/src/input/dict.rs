@@ -224,6 +224,11 @@ mod table {
             .add(1usize.checked_shl(u32::from((*keys).log2_index_bytes))?)
             .cast::<UnicodeEntry>();
         let count = usize::try_from((*keys).nentries).ok()?;
+        if count == 0 {
+            // the shared table of empty dicts has a one-byte index table, so `entries` is not
+            // aligned: no slice is made from it
+            return Some(&[]);
+        }
         let size = 1usize.checked_shl(u32::from((*keys).log2_size))?;
         // CPython keeps `nentries` within the entries it allocated (two thirds of `size`);
         // the bound is a guard

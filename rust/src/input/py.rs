@@ -2,8 +2,8 @@
 //! with `cast`; keys are interned, then replaced by the caller's own key objects as the first
 //! dicts show them (a lookup with the stored key object matches on identity). Long strings are
 //! never copied: the session keeps the Python strings alive, ASCII ones read as the UTF-8 they
-//! are, the others in their own layout (`WideStr`, checked for lone surrogates by the first
-//! render, see `SurrogateCheck`), and
+//! are, the others in their own layout (`WideStr`, checked for lone surrogates by the renders
+//! that show their messages, see `SurrogateCheck`), and
 //! their length in code points is Python's own (O(1)). `state.input` is checked here and kept;
 //! it is dumped (`params.rs`) only when a render shows it.
 
@@ -17,7 +17,7 @@ use super::{dict, Field, Kind, PartType, Source, Status};
 use crate::errors::{self as e, Failure, InputError, Loc};
 use crate::json::dump::{float_repr, write_ascii_string, write_string, Full, Limited, Sink};
 use crate::params::DumpInput;
-use crate::session::{first_fault, KeptStr, Short, Shorts, Span, SpanKind, Unchecked, WideStr};
+use crate::session::{KeptStr, Short, Shorts, Span, SpanKind, Unchecked, WideStr};
 use crate::units::Units;
 
 /// A list or a tuple, read in place.
@@ -170,17 +170,49 @@ impl<'py> PySource<'py> {
         Span::new(index, index, 0, SpanKind::PyInput)
     }
 
+    /// A string kept in its own layout, as a span; its lone surrogate check waits for the
+    /// renders that show its message (see `SurrogateCheck`). Latin-1 strings cannot hold one.
+    fn push_wide(&mut self, wide: WideStr, loc: Loc, key: &'static str) -> Option<Span> {
+        let chars = wide.units().len();
+        let buf = u32::try_from(self.wide.len()).ok()?;
+        if wide.width() > 1 {
+            self.unchecked.push(Unchecked {
+                wide: self.wide.len(),
+                loc,
+                key,
+            });
+        }
+        self.wide.push(wide);
+        Some(Span {
+            start: 0,
+            end: chars,
+            chars,
+            kind: SpanKind::Wide,
+            buf,
+        })
+    }
+
+    /// A long string that is not compact (so not read in place) and has no UTF-8 form (it
+    /// holds a lone surrogate), kept as an exact `str` copy of it in its own layout.
+    fn wide_copy(&mut self, s: &Bound<'py, PyString>, loc: Loc, key: &'static str) -> Option<Span> {
+        // SAFETY: `s` is a live `str`; `PyUnicode_FromObject` returns a new reference to an
+        // exact `str` with the same characters (no Python code runs), or NULL with an error
+        // set, which `from_owned_ptr_or_err` takes.
+        let copy =
+            unsafe { Bound::from_owned_ptr_or_err(s.py(), ffi::PyUnicode_FromObject(s.as_ptr())) }
+                .ok()?;
+        let copy = copy.cast_into::<PyString>().ok()?;
+        if copy.is(s) {
+            return None;
+        }
+        let wide = wide_str(&copy)?;
+        self.push_wide(wide, loc, key)
+    }
+
     /// The key object of `field` and its hash.
     pub(super) fn key(&self, field: Field) -> Option<(&Bound<'py, PyString>, isize)> {
         let at = field as usize;
         Some((self.keys.get(at)?, *self.hashes.get(at)?))
-    }
-
-    /// The first lone surrogate in the strings kept in their own layout, in walk order, for
-    /// a walk that stopped at a fault: all of them come before that point, so their fault, if
-    /// any, is the first of the input. (A walk that succeeds leaves them to the render.)
-    pub fn first_lone_surrogate(&self) -> Result<(), InputError> {
-        first_fault(&self.unchecked, &self.wide, &[])
     }
 }
 
@@ -303,33 +335,20 @@ impl<'py> Source for PySource<'py> {
         loc: Loc,
         key: &'static str,
     ) -> Result<Span, Failure> {
-        if let Some(wide) = wide_str(&s) {
-            let chars = wide.units().len();
-            if let Ok(buf) = u32::try_from(self.wide.len()) {
-                // the lone surrogate check waits for the render (see `SurrogateCheck`);
-                // Latin-1 strings cannot hold one
-                if wide.width() > 1 {
-                    self.unchecked.push(Unchecked {
-                        wide: self.wide.len(),
-                        loc,
-                        key,
-                    });
-                }
-                self.wide.push(wide);
-                return Ok(Span {
-                    start: 0,
-                    end: chars,
-                    chars,
-                    kind: SpanKind::Wide,
-                    buf,
-                });
-            }
+        if let Some(span) = wide_str(&s).and_then(|wide| self.push_wide(wide, loc, key)) {
+            return Ok(span);
         }
         let (chars, data, len) = match ascii_text(&s) {
             Some(text) => (text.len(), text.as_ptr(), text.len()),
             None => {
                 let chars = s.len()?;
-                let text = s.to_str().map_err(|_| lone_surrogate(loc, key))?;
+                let Ok(text) = s.to_str() else {
+                    // a lone surrogate in a string not in the compact form (a `str`
+                    // subclass): its exact copy is, and waits for the render like the others
+                    return self
+                        .wide_copy(&s, loc, key)
+                        .ok_or_else(|| lone_surrogate(loc, key));
+                };
                 (chars, text.as_ptr(), text.len())
             }
         };
