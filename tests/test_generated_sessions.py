@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -208,3 +210,80 @@ def test_a_huge_message_dict_reads_the_same():
     reference = build_fork_context(shared, engine="python")
     huge = [{**{f"pad{i}": i for i in range(50_000)}, **m} for m in shared[:3]] + shared[3:]
     assert build_fork_context(huge, engine="rust") == reference
+
+
+def _probe_length(slots: list[str | None], key: str) -> int:
+    """How many slots CPython's probe looks at to find that `key` is absent from a table whose
+    index slots hold `slots` (None: empty), as `unicodekeys_lookup_unicode` walks them."""
+    mask = len(slots) - 1
+    perturb = hash(key) & (2**64 - 1)
+    i = perturb & mask
+    steps = 1
+    while slots[i] is not None:
+        perturb >>= 5
+        i = (i * 5 + perturb + 1) & mask
+        steps += 1
+    return steps
+
+
+def _slots_of(keys: list[str], size: int) -> list[str | None]:
+    """The index slots of a fresh dict of these keys, inserted in order (no deletions)."""
+    slots: list[str | None] = [None] * size
+    for key in keys:
+        mask = size - 1
+        perturb = hash(key) & (2**64 - 1)
+        i = perturb & mask
+        while slots[i] is not None:
+            perturb >>= 5
+            i = (i * 5 + perturb + 1) & mask
+        slots[i] = key
+    return slots
+
+
+#: hash seeds under which some small tables of the generated sessions (and of the search below)
+#: have an absent key whose probe is longer than the table (found by running the tests under
+#: random seeds: the walk of `mixed` and `legacy` fell back to the checked one under these)
+LONG_PROBE_SEEDS = (22873, 20882, 4955)
+
+_LONG_PROBE_CHECK = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+from asyncagents import _core, build_fork_context
+from generate import SHAPES, session_objects
+from test_generated_sessions import _probe_length, _slots_of
+for shape in SHAPES:
+    assert _core._walks_borrowed(session_objects(60, shape)), shape
+for n in range(20_000):
+    # a text part of five keys: a table of eight slots, full; `ignored` is looked up
+    keys = ["type", "text", f"a{n}", f"b{n}", f"c{n}"]
+    if _probe_length(_slots_of(keys, 8), "ignored") > 8:
+        break
+else:
+    raise SystemExit("no such table")
+part = dict(zip(keys, ["text", "hello", 1, 2, 3]))
+assert sys.getsizeof(part) == sys.getsizeof({k: 0 for k in "abcde"})  # eight slots
+messages = [{"info": {"role": "user", "id": "m1"}, "parts": [part]}]
+assert _core._walks_borrowed(messages)
+assert build_fork_context(messages) == build_fork_context(messages, engine="python")
+"""
+
+
+@pytest.mark.parametrize("seed", LONG_PROBE_SEEDS)
+def test_an_absent_key_with_a_probe_longer_than_its_table_is_read_borrowed(seed):
+    """In a small, full table, the probe for an absent key can look at more slots than the table
+    has before it meets an empty one (it revisits some while `perturb` is not yet 0). Which
+    tables do depends on the process's hash seed; under these seeds the walk must still read
+    every generated shape, and such a table, borrowed (it gave up on such probes once, and the
+    walk of a whole session fell back to the checked one in some processes)."""
+    if not _core._probes_dict_tables():
+        pytest.skip("dict tables are not probed on this interpreter")  # the test above says why
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    run = subprocess.run(
+        [sys.executable, "-c", _LONG_PROBE_CHECK, str(tests), str(tests.parent / "benches")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr

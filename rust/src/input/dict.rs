@@ -146,6 +146,8 @@ mod table {
     /// `DKIX_EMPTY`: the probe sequence ends here
     const EMPTY: i64 = -1;
     const PERTURB_SHIFT: u32 = 5;
+    /// Probe steps past the table's size: enough for `perturb` to reach 0 (64 / 5 shifts).
+    const PROBE_SLACK: usize = 16;
 
     static ENABLED: PyOnceLock<bool> = PyOnceLock::new();
 
@@ -295,7 +297,11 @@ mod table {
         let mask = size - 1;
         let mut perturb = hash as usize;
         let mut i = hash as usize & mask;
-        for _ in 0..size {
+        // A table always has an empty slot. Once `perturb` is shifted down to 0 (after 13
+        // steps), `i = 5i + 1` visits every slot within `size` steps, so a probe of a sound
+        // table ends within this bound; a shorter one gave up on unlucky layouts (an absent
+        // key in a small, full table), which sent the walk to CPython's lookup.
+        for _ in 0..size.saturating_add(PROBE_SLACK) {
             let ix: i64 = match log2 {
                 0..=7 => i64::from(*indices.cast::<i8>().add(i)),
                 8..=15 => i64::from(*indices.cast::<i16>().add(i)),
@@ -315,13 +321,12 @@ mod table {
                 if entry.key.is_null() {
                     return None;
                 }
-                if (*entry.key.cast::<ffi::PyASCIIObject>()).hash == hash {
-                    // another key object with the same hash: equal when its text is, as
-                    // CPython's `unicode_eq` compares two exact `str`
-                    return match same_text(entry.key, key)? {
-                        true => (!entry.value.is_null()).then_some(entry.value),
-                        false => None,
-                    };
+                // another key object with the same hash: equal when its text is, as
+                // CPython's `unicode_eq` compares two exact `str`; else the probe goes on
+                if (*entry.key.cast::<ffi::PyASCIIObject>()).hash == hash
+                    && same_text(entry.key, key)?
+                {
+                    return (!entry.value.is_null()).then_some(entry.value);
                 }
             } else if ix == EMPTY {
                 return Some(std::ptr::null_mut());
