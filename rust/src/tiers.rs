@@ -323,11 +323,9 @@ impl<'c> Needles<'c> {
                 }
                 let mut verdicts = self.verdicts.borrow_mut();
                 let verdict = verdicts.get_mut(span.buf as usize).filter(|v| v.is_none());
-                let check = verdict.is_some();
-                let (found, faulty) =
-                    self.search_narrowed(encoded, wide.units(), marker, errors, check);
+                let (found, faulty) = self.search_narrowed(encoded, wide.units(), marker, errors);
                 if let Some(verdict) = verdict {
-                    *verdict = Some(faulty);
+                    *verdict = faulty;
                 }
                 return found;
             }
@@ -352,16 +350,16 @@ impl<'c> Needles<'c> {
     }
 
     /// `Encoded::search` over `units` narrowed a block at a time, so the narrowed text stays
-    /// in cache; consecutive blocks overlap by a needle's length, less one. With `check`, also
-    /// whether `units` hold a lone surrogate (all of them, past where the search stops).
+    /// in cache; consecutive blocks overlap by a needle's length, less one. Also whether `units`
+    /// hold a lone surrogate, when the search narrowed all of them (`None` when it stopped
+    /// before the end: the rest is read only if the context shows the string's message).
     fn search_narrowed(
         &self,
         encoded: &Encoded,
         units: Units<'_>,
         mut marker: bool,
         mut errors: bool,
-        check: bool,
-    ) -> (Found, bool) {
+    ) -> (Found, Option<bool>) {
         let mut narrowed = self.narrowed.borrow_mut();
         let mut found = Found::default();
         let mut faulty = false;
@@ -393,10 +391,7 @@ impl<'c> Needles<'c> {
             // a marker too long for what is left cannot start in it
             marker = marker && total - end + self.overlap >= self.marker_chars;
         }
-        if check && at < total {
-            faulty |= units.slice(at, total).has_surrogate();
-        }
-        (found, faulty)
+        (found, (at >= total).then_some(faulty))
     }
 
     fn utf8(&self) -> &Encoded {
@@ -478,8 +473,8 @@ fn part_result<'s>(session: &'s Session, part: &Part) -> Option<(Span, bool, &'s
 
 /// Every result of the kept messages, in order, with its tier and cut.
 ///
-/// The searches check the walked strings they narrow for lone surrogates on the way: the
-/// verdicts come back for the session's `SurrogateCheck` (empty when none is due).
+/// The searches check the walked strings they narrow to the end for lone surrogates on the way:
+/// the verdicts come back for the session's `SurrogateCheck` (empty when none is due).
 pub fn plan_results(
     session: &Session,
     kept: &[usize],
