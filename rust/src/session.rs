@@ -3,7 +3,7 @@
 //! alive and never copied, or the caller's Python strings themselves, kept alive: ASCII ones
 //! borrowed as UTF-8, the others in their own layout (`WideStr`), plus a small arena.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyString;
@@ -53,8 +53,6 @@ pub struct SurrogateCheck {
     unchecked: Vec<Unchecked>,
     /// by `unchecked` entry: `UNKNOWN`, `CLEAN` or `FAULTY`
     verdicts: Vec<AtomicU8>,
-    /// how many `verdicts` are still `UNKNOWN`
-    unknown: AtomicUsize,
 }
 
 const UNKNOWN: u8 = 0;
@@ -69,15 +67,16 @@ impl SurrogateCheck {
     pub fn new(unchecked: Vec<Unchecked>) -> Self {
         let verdicts = unchecked.iter().map(|_| AtomicU8::new(UNKNOWN)).collect();
         Self {
-            unknown: AtomicUsize::new(unchecked.len()),
             unchecked,
             verdicts,
         }
     }
 
-    /// Whether some string has no verdict yet (a render's searches then collect them).
+    /// Whether there are strings to check (a render's searches then collect verdicts: the
+    /// strings of messages a context never shows keep none, so there is nearly always one
+    /// without).
     pub fn pending(&self) -> bool {
-        self.unknown.load(Ordering::Relaxed) > 0
+        !self.unchecked.is_empty()
     }
 
     /// The first lone surrogate in the strings of the `shown` messages (in the order given,
@@ -102,13 +101,7 @@ impl SurrogateCheck {
                             Some(faulty) => faulty,
                             None => wide.get(u.wide).is_some_and(|w| w.units().has_surrogate()),
                         };
-                        let now = if faulty { FAULTY } else { CLEAN };
-                        if verdict
-                            .compare_exchange(UNKNOWN, now, Ordering::Relaxed, Ordering::Relaxed)
-                            .is_ok()
-                        {
-                            self.unknown.fetch_sub(1, Ordering::Relaxed);
-                        }
+                        verdict.store(if faulty { FAULTY } else { CLEAN }, Ordering::Relaxed);
                         faulty
                     }
                     seen => seen == FAULTY,
