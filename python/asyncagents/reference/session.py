@@ -205,11 +205,9 @@ def _text(obj: dict[str, Any], key: str, where: str) -> str | None:
 
 def _string(obj: dict[str, Any], key: str, where: str) -> str | None:
     """A string field of caller-supplied objects: a str without lone surrogates."""
-    value = obj.get(key)
-    if value is None or (isinstance(value, str) and surrogate_free(value)):
+    value = _text(obj, key, where)
+    if value is None or surrogate_free(value):
         return value
-    if not isinstance(value, str):
-        raise _Invalid(f"{where}.{key}", "expected a string")
     raise _Invalid(f"{where}.{key}", "contains a lone surrogate")
 
 
