@@ -505,6 +505,83 @@ async def test_concurrent_first_opens_of_one_new_file_all_succeed(tmp_path: Path
         await s.close()
 
 
+class _RefusesTheWalSwitch:
+    """A connection whose ``PRAGMA journal_mode = WAL`` fails `times` times with `code` at once,
+    as SQLite does (without its busy handler) when several processes open one new file."""
+
+    def __init__(self, db: sqlite3.Connection, times: float, code: int) -> None:
+        self._db, self.left, self._code, self.tries = db, times, code, 0
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "PRAGMA journal_mode = WAL":
+            self.tries += 1
+            if self.left > 0:
+                self.left -= 1
+                exc = sqlite3.OperationalError("database is locked")
+                exc.sqlite_errorcode = self._code
+                raise exc
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def _refusing(
+    monkeypatch: pytest.MonkeyPatch, times: float, code: int = sqlite3.SQLITE_BUSY
+) -> list[_RefusesTheWalSwitch]:
+    made: list[_RefusesTheWalSwitch] = []
+    connect = sqlite3.connect
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        made.append(_RefusesTheWalSwitch(connect(*args, **kwargs), times, code))
+        return made[-1]
+
+    monkeypatch.setattr(sqlite_module.sqlite3, "connect", patched)
+    return made
+
+
+async def test_a_wal_switch_refused_as_busy_is_retried_until_it_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _refusing(monkeypatch, 3)
+    store = SQLiteTaskStore(tmp_path / "tasks.db")
+    await store.insert(make_task("tsk_1"))
+    assert [t.id for t in await store.list_tasks()] == ["tsk_1"]
+    assert made[0].tries == 4
+    assert made[0].execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    await store.close()
+
+
+async def test_a_wal_switch_busy_past_the_busy_timeout_fails_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _refusing(monkeypatch, float("inf"), sqlite3.SQLITE_BUSY | 0x100)  # extended code
+    path = tmp_path / "tasks.db"
+    store = SQLiteTaskStore(path, busy_timeout_ms=300)
+    started = time.monotonic()
+    with pytest.raises(StoreError) as caught:
+        await store.open()
+    waited = time.monotonic() - started
+    assert str(caught.value) == (
+        f"SQLite task store {path}: opening the store failed: database is locked"
+    )
+    assert 0.25 <= waited < 5
+    assert made[0].tries > 3
+
+
+async def test_a_wal_switch_failing_otherwise_is_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _refusing(monkeypatch, float("inf"), sqlite3.SQLITE_IOERR)
+    path = tmp_path / "tasks.db"
+    with pytest.raises(StoreError) as caught:
+        await SQLiteTaskStore(path).open()
+    assert str(caught.value) == (
+        f"SQLite task store {path}: opening the store failed: database is locked"
+    )
+    assert made[0].tries == 1
+
+
 class _CreatesTheStoreMidCheck:
     """A connection that lets another store create the schema right after the first check has
     read the file's pragmas and before it reads its tables (the window two processes opening

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -182,7 +183,7 @@ class SQLiteTaskStore:
             finally:
                 _rollback(db)
             if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                db.execute("PRAGMA journal_mode = WAL")
+                self._switch_to_wal(db)
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -206,6 +207,26 @@ class SQLiteTaskStore:
             db.close()
             raise self._error("opening the store", exc) from exc
         return db
+
+    def _switch_to_wal(self, db: sqlite3.Connection) -> None:
+        """Set the WAL journal, retrying while another connection holds the file's lock.
+
+        SQLite can refuse the switch with ``SQLITE_BUSY`` at once, without calling the busy
+        handler (several processes opening one new file at the same moment), so the wait that
+        ``busy_timeout`` gives every other statement is done here, with the same deadline.
+        """
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        pause = 0.001
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                if not busy or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _check(self, db: sqlite3.Connection) -> int:
         """The file's schema version: 0 empty, 1 first release, 2 current; else `StoreError`."""
