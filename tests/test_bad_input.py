@@ -586,6 +586,135 @@ def test_lone_surrogate_in_a_message_compaction_drops_is_never_read(engine):
     check([bad_id, marker, summary, after], engine, "messages[0].info.id", LONE)
 
 
+# --- messages compaction drops: only their heads are read ----------------------------------------
+
+_MARKER = user("msg_c", compaction())
+_SUMMARY = assistant("msg_s", {"type": "text", "text": "summary"}, parent="msg_c", summary=True)
+_AFTER = user("msg_a", {"type": "text", "text": "after"})
+
+#: a message whose head is fine and whose body has one fault, and the path below the message
+_BODY_FAULTS = [
+    (
+        {"info": {"id": "msg_x", "role": "assistant", "error": 5}, "parts": []},
+        ".info.error",
+        "expected an object",
+    ),
+    (
+        {"info": {"id": "msg_x", "role": "assistant"}, "parts": [5]},
+        ".parts[0]",
+        "expected an object",
+    ),
+    (
+        {"info": {"id": "msg_x", "role": "assistant"}, "parts": [{"type": 5}]},
+        ".parts[0].type",
+        "expected a string",
+    ),
+    (
+        {"info": {"id": "msg_x"}, "parts": [{"type": "tool", "state": {"status": 5}}]},
+        ".parts[0].state.status",
+        "expected a string",
+    ),
+    (
+        {"info": {"id": "msg_x"}, "parts": [{"type": "tool", "state": {"input": nested(70)}}]},
+        ".parts[0].state.input",
+        "nested deeper than 64 levels",
+    ),
+    (
+        {"info": {"id": "msg_x", "role": "user"}, "parts": [{"type": "text", "text": 5}]},
+        ".parts[0].text",
+        "expected a string",
+    ),
+    (
+        {
+            "info": {"id": "msg_x", "role": "assistant"},
+            "parts": [{"type": "compaction", "tail_start_id": 5}],
+        },
+        ".parts[0].tail_start_id",
+        "expected a string",
+    ),
+]
+
+
+@pytest.mark.parametrize(("bad", "where", "detail"), _BODY_FAULTS)
+def test_a_body_fault_in_a_message_compaction_drops_is_never_read(engine, bad, where, detail):
+    """Stage 1 reads each message's head; the rest is read only if compaction keeps the
+    message, so a fault there counts only then (docs/pipeline-contract.md)."""
+    alone = build_fork_context([_MARKER, _SUMMARY, _AFTER], engine=engine)
+    for data in as_forms([bad, _MARKER, _SUMMARY, _AFTER]):
+        forked = build_fork_context(data, engine=engine)
+        assert forked.text == alone.text
+        moved = {"original_count", "compaction_slice_index"}
+        assert forked.stats.model_dump(exclude=moved) == alone.stats.model_dump(exclude=moved)
+        assert forked.stats.compaction_slice_index == 2
+    # kept after the summary, in the tail, or with no compaction at all: found, by path
+    for doc, index in (
+        ([_MARKER, _SUMMARY, bad, _AFTER], 2),
+        ([bad, user("msg_c", compaction("msg_x")), _SUMMARY, _AFTER], 0),
+        ([_AFTER, bad], 1),
+    ):
+        for data in as_forms(doc):
+            check(data, engine, f"messages[{index}]{where}", detail)
+
+
+@pytest.mark.parametrize(
+    ("bad", "where", "detail"),
+    [
+        (5, "", "expected an object"),
+        ({"parts": []}, ".info", "missing"),
+        ({"info": {"id": 5}, "parts": []}, ".info.id", "expected a string"),
+        (
+            {"info": {"role": "assistant", "parentID": 5}, "parts": []},
+            ".info.parentID",
+            "expected a string",
+        ),
+        ({"info": {"role": "assistant"}, "parts": 5}, ".parts", "expected an array"),
+        ({"info": {"role": "user"}, "parts": [{"text": "x"}]}, ".parts[0].type", "missing"),
+        ({"info": {"role": "user"}, "parts": [7]}, ".parts[0]", "expected an object"),
+        (
+            {"info": {"role": "user"}, "parts": [{"type": "compaction", "tail_start_id": 5}]},
+            ".parts[0].tail_start_id",
+            "expected a string",
+        ),
+    ],
+)
+def test_a_head_fault_is_found_in_every_message(engine, bad, where, detail):
+    """A head is what stage 1 reads: wherever compaction puts the message, its fault counts,
+    and before any body's, wherever that lies."""
+    body = _BODY_FAULTS[0][0]
+    for doc in ([bad, _MARKER, _SUMMARY, _AFTER], [body, _MARKER, _SUMMARY, _AFTER, bad]):
+        index = doc.index(bad)
+        for data in as_forms(doc):
+            check(data, engine, f"messages[{index}]{where}", detail)
+
+
+@pytest.mark.parametrize("form", ["objects", "json"])
+def test_one_session_reads_only_the_bodies_each_render_keeps(form):
+    """`ParsedSession.render` counts a body's fault only if its `kept` holds the message; the
+    first fault in list order wins, whatever the order of `kept`."""
+    bad = [
+        {"info": {"id": "msg_0", "role": "assistant"}, "parts": [{"type": "text", "text": 5}]},
+        {"info": {"id": "msg_1"}, "parts": [{"type": "tool", "state": 5}]},
+        {"info": {"id": "msg_2"}, "parts": [{"type": "text", "text": "fine"}]},
+    ]
+    session = _core.from_objects(bad) if form == "objects" else _core.parse_json(json.dumps(bad))
+    config = ForkConfig()
+    assert session.compaction_view() == (3, [], [])
+    assert session.render([2], config).context == (
+        "<inherited_context>\nUnknown:\nfine\n</inherited_context>"
+    )
+    for kept, path in (
+        ([1, 2], "messages[1].parts[0].state"),
+        ([2, 1, 0], "messages[0].parts[0].text"),
+        ([1, 0], "messages[0].parts[0].text"),
+    ):
+        with pytest.raises(ForkInputError) as info:
+            session.render(kept, config)
+        assert str(info.value) == (
+            f"{path}: expected {'an object' if path.endswith('state') else 'a string'}"
+        )
+    assert session.render([], config).context == ""
+
+
 def test_lone_surrogate_in_a_message_the_budget_drops_is_never_read(engine):
     config = ForkConfig(char_budget=20_000, char_no_removal=10_000)
     old = _text("漢" * 5_000 + "\ud800")
@@ -827,12 +956,18 @@ def test_lone_surrogate_escape_beats_shape_error(engine):
             "expected a string",
         ),
         (
+            # `parts` is read with the head, `info.error` with the body
             [{"info": {"role": "assistant", "error": {"name": 5, "data": 5}}, "parts": 5}],
+            "messages[0].parts",
+            "expected an array",
+        ),
+        (
+            [{"info": {"role": "assistant", "error": {"name": 5, "data": 5}}, "parts": [5]}],
             "messages[0].info.error.name",
             "expected a string",
         ),
         (
-            [{"info": {"role": "assistant", "error": {"data": 5}}, "parts": 5}],
+            [{"info": {"role": "assistant", "error": {"data": 5}}, "parts": [5]}],
             "messages[0].info.error.data",
             "expected an object",
         ),
@@ -904,14 +1039,34 @@ def test_lone_surrogate_escape_beats_shape_error(engine):
             "messages[0].parts[0].tool",
             "expected a string",
         ),
+        # every message's head is checked before any body
         (
             [{"info": {}, "parts": [{"type": "text", "text": 5}]}, {"info": 5}],
+            "messages[1].info",
+            "expected an object",
+        ),
+        (
+            [{"info": {}, "parts": [{"type": "text", "text": 5}]}, {"info": {}, "parts": []}],
             "messages[0].parts[0].text",
             "expected a string",
         ),
         (
             [{"info": {}, "parts": [{"type": "text", "text": "ok"}, {"type": 5}]}, 7],
+            "messages[1]",
+            "expected an object",
+        ),
+        # a user message's part types are part of its head (stage 1 looks for its markers)
+        (
+            [{"info": {"role": "user"}, "parts": [{"type": "text", "text": 5}, {"type": 5}]}, 7],
             "messages[0].parts[1].type",
+            "expected a string",
+        ),
+        (
+            [
+                {"info": {"role": "user"}, "parts": [{"type": "text", "text": 5}]},
+                {"info": {"role": "user"}, "parts": [{"type": "compaction", "tail_start_id": 5}]},
+            ],
+            "messages[1].parts[0].tail_start_id",
             "expected a string",
         ),
     ],
@@ -1067,23 +1222,30 @@ def test_walked_parameters_are_dumped_when_rendered_from_what_was_checked() -> N
     )
 
 
-def test_a_parameter_changed_into_non_json_before_the_render_is_an_error() -> None:
-    """The caller's objects are read twice (walk, then render): a value changed in between
-    into something that is not JSON gives a RuntimeError, never a crash or a wrong dump."""
+def test_a_parameter_changed_into_non_json_before_the_render_is_refused_by_it() -> None:
+    """`from_objects` reads the heads; each render reads the bodies of the messages it keeps:
+    a value changed in between into something that is not JSON is refused there, by path."""
     from asyncagents import _core
     from asyncagents.config import DEFAULT_CONFIG
 
     value: dict[str, Any] = {"path": "/a"}
     session = _core.from_objects([_tool_message(value)])
     value["path"] = {1, 2}
-    with pytest.raises(RuntimeError, match=r"state\.input value changed"):
+    with pytest.raises(ForkInputError) as info:
         session.render([0], DEFAULT_CONFIG)
+    assert str(info.value) == "messages[0].parts[0].state.input: not a JSON value (set)"
+    value["path"] = "/b"
+    out = session.render([0], DEFAULT_CONFIG)
+    assert out.context == (
+        '<inherited_context>\nAgent:\n[Tool: read] {"path":"/b"}\n[Tool result]\ndone'
+        "\n</inherited_context>"
+    )
 
 
 @pytest.mark.parametrize("container", ["list", "dict"])
-def test_a_parameter_changed_into_a_cycle_before_the_render_is_an_error(container) -> None:
-    """A value that holds itself (made after the walk) would never end with no preview limit:
-    past the walk's 64 levels the dump stops with the same RuntimeError, not a stack overflow."""
+def test_a_parameter_changed_into_a_cycle_before_the_render_is_refused_by_it(container) -> None:
+    """A value that holds itself (made after `from_objects`) is refused by the render's read
+    of the body at 64 levels, whatever the preview would show: never a stack overflow."""
     from asyncagents import _core
     from asyncagents.config import ForkConfig
 
@@ -1093,13 +1255,7 @@ def test_a_parameter_changed_into_a_cycle_before_the_render_is_an_error(containe
         value.append(value)
     else:
         value["self"] = value
-    unlimited = ForkConfig(params_tier1=10**30)
-    with pytest.raises(RuntimeError, match=r"state\.input value changed"):
-        session.render([0], unlimited)
-    # a preview that is full before the depth matters shows what it reached
-    out = session.render([0], ForkConfig(params_tier1=10))
-    preview = "[" * 10 if container == "list" else '{"self":{"'
-    assert out.context == (
-        f"<inherited_context>\nAgent:\n[Tool: read] {preview}...\n[Tool result]\ndone"
-        "\n</inherited_context>"
-    )
+    for config in (ForkConfig(params_tier1=10**30), ForkConfig(params_tier1=10)):
+        with pytest.raises(ForkInputError) as info:
+            session.render([0], config)
+        assert str(info.value) == ("messages[0].parts[0].state.input: nested deeper than 64 levels")

@@ -20,11 +20,14 @@ _Summary = tuple[int, str | None]
 
 @final
 class ParsedSession:
-    """A parsed and checked session; its large strings stay in the input buffer.
+    """A parsed session whose heads are checked; its large strings stay in the input buffer.
 
-    From `from_objects`, the lone surrogate check of long texts (texts, outputs, errors) is
-    left to each `render`, for the messages its context shows (the others are never written):
-    it raises `ForkInputError` for the first one in context order.
+    A message's head (what stage 1 reads) is checked when the session is made; its body (the
+    rest) counts only for a `render` whose `kept` holds the message, which raises
+    `ForkInputError` for the first fault of those bodies in list order. `from_objects` reads
+    only the heads, and each `render` reads the kept bodies. The lone surrogate check of long
+    texts (texts, outputs, errors) of Python objects is left to each `render` too, for the
+    messages its context shows (the others are never written): the first one in context order.
     """
 
     def __len__(self) -> int: ...

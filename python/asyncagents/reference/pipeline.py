@@ -8,7 +8,7 @@ from typing import Any
 from ..compaction import CompactionSlice, slice_at_compaction
 from ..config import ForkConfig
 from .budget import FRAME, Fitted, fit_to_budget, must_remove
-from .session import Message, ToolCall, ToolResult, check_shown, read_session
+from .session import Message, ToolCall, ToolResult, check_shown, read_bodies, read_session
 from .transcript import format_message
 from .truncate import ResultCounts, ResultTiers
 
@@ -19,10 +19,11 @@ def run_reference(
     """Run all three stages on plain message dicts (already parsed)."""
     session = read_session(messages)
     sliced = slice_at_compaction(session.view)
-    kept = [session.messages[i] for i in sliced.kept]
+    records = read_bodies(session, sliced.kept)
+    kept = [records[i] for i in sliced.kept]
     counts, newest_first = render_newest_first(kept, config)
     fitted = fit_to_budget(newest_first, len(kept), config)
-    check_shown(session.messages, sliced.kept[len(kept) - fitted.final_count :])
+    check_shown(records, sliced.kept[len(kept) - fitted.final_count :])
     return sliced, counts, fitted
 
 

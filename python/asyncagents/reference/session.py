@@ -1,8 +1,10 @@
 """Reference input handling: JSON text or Python objects in, checked records out.
 
 Every check of docs/pipeline-contract.md lives here, in the order the contract fixes, so that
-the Rust engine can be held to the same path and detail for every malformed input. One pass over
-the messages checks everything and keeps only what the later stages read; large strings are
+the Rust engine can be held to the same path and detail for every malformed input. A first pass
+checks what stage 1 reads of every message (its head: `read_session`); a second checks and reads
+the rest (its body: `read_bodies`) of the messages stage 1 keeps, so a history that compaction
+drops costs one look at each message. Only what the later stages read is kept; large strings are
 kept by reference, never copied, and parameters stay unserialised until a message is rendered.
 The one check left for later is the lone surrogate check of long texts (`check_shown`): only the
 messages the context shows are written, so only theirs are read for it.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
 from typing import Any
@@ -72,8 +74,6 @@ class Message:
     parts: list[Part]
     #: the parts that carry a tool result, in part order
     results: list[ToolCall | ToolResult]
-    #: an assistant message whose ``info.summary`` is JSON true (a compaction summary)
-    summary: bool
     #: its long texts from caller objects that are not ASCII, as (part index, field path,
     #: text), in part order: checked for lone surrogates only if the context shows the
     #: message (`check_shown`); None when there are none
@@ -289,32 +289,50 @@ def dump_input(value: Any) -> str:
 
 @dataclass(slots=True)
 class Session:
-    """The checked messages and the sparse view stage 1 reads."""
+    """The checked heads of the messages and the sparse view stage 1 reads; the bodies are
+    read by `read_bodies`, for the messages stage 1 keeps."""
 
-    messages: list[Message]
+    #: the caller's message list
+    raw: Sequence[Any]
+    #: ``info.role`` of each message
+    roles: list[str | None]
     view: CompactionView
 
 
 def read_session(messages: Sequence[Any]) -> Session:
-    """Check every message, in order, and reduce it to a `Message` record; collect the
-    compaction view on the way (from checked values only)."""
-    records: list[Message] = []
+    """Check every message's head, in order (what stage 1 reads: see `_read_head`), and
+    collect the compaction view on the way (from checked values only)."""
+    roles: list[str | None] = []
     ids: list[str | None] = []
     markers: list[tuple[int, str | None, list[str | None]]] = []
     summaries: list[tuple[int, str | None]] = []
     parsed = isinstance(messages, ParsedMessages)
     for i, raw in enumerate(messages):
         try:
-            record, msg_id, parent_id, tail_ids = _read_message(raw, parsed)
+            role, msg_id, parent_id, summary, tail_ids = _read_head(raw, parsed)
         except _Invalid as bad:
             raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
-        records.append(record)
+        roles.append(role)
         ids.append(msg_id)
         if tail_ids:
             markers.append((i, msg_id, tail_ids))
-        if record.summary:
+        if summary:
             summaries.append((i, parent_id))
-    return Session(records, CompactionView(len(records), markers, summaries, _index_in(ids)))
+    return Session(messages, roles, CompactionView(len(roles), markers, summaries, _index_in(ids)))
+
+
+def read_bodies(session: Session, kept: Sequence[int]) -> dict[int, Message]:
+    """Check and read the bodies of the `kept` messages, in list order (so the first fault is
+    the first in the list), each to a `Message` record. A message stage 1 drops is never read
+    past its head."""
+    parsed = isinstance(session.raw, ParsedMessages)
+    records: dict[int, Message] = {}
+    for i in sorted(set(kept)):
+        try:
+            records[i] = _read_body(session.raw[i], session.roles[i], parsed)
+        except _Invalid as bad:
+            raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
+    return records
 
 
 def _index_in(ids: list[str | None]) -> Callable[[str], int | None]:
@@ -338,10 +356,13 @@ _NO_RESULTS: list[ToolCall | ToolResult] = []
 # `check_shown`, which reads only the messages the context shows.
 
 
-def _read_message(
+def _read_head(
     raw: Any, parsed: bool
-) -> tuple[Message, str | None, str | None, list[str | None]]:
-    """The record, id, parentID and compaction tail ids, once every field read is checked."""
+) -> tuple[str | None, str | None, str | None, bool, list[str | None]]:
+    """Role, id, parentID, whether it is a compaction summary, and its compaction tail ids:
+    what stage 1 reads of every message, once every field read is checked (the message,
+    `info` and its `role`, `id` and `parentID`, `parts`, and in a user message each part's
+    `type` and a compaction part's `tail_start_id`)."""
     if type(raw) is not dict and not isinstance(raw, dict):
         raise _Invalid("", "expected an object")
     info = raw.get("info")
@@ -358,24 +379,45 @@ def _read_message(
     parent_id = info.get("parentID")
     if parent_id is not None and not (type(parent_id) is str and (parsed or parent_id.isascii())):
         parent_id = _string(info, "parentID", ".info")
-    error_line = _error_line(info) if role == "assistant" and "error" in info else None
     parts = raw.get("parts")
     if type(parts) is not list and not isinstance(parts, list | tuple):
         raise _Invalid(".parts", "missing" if parts is None else "expected an array")
+    summary = role == "assistant" and info.get("summary") is True
+    tail_ids: list[str | None] = []
+    if role == "user":  # only a user message's compaction parts are markers
+        for j, part in enumerate(parts):
+            try:
+                if _part_type(part, parsed) == "compaction":
+                    tail_ids.append(_string(part, "tail_start_id", ""))
+            except _Invalid as bad:
+                raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
+    return role, msg_id, parent_id, summary, tail_ids
+
+
+def _part_type(part: Any, parsed: bool) -> str:
+    """A part's `type`, once the part is checked to be an object and its type a string."""
+    if type(part) is not dict and not isinstance(part, dict):
+        raise _Invalid("", "expected an object")
+    kind = part.get("type")
+    if type(kind) is str and (parsed or kind.isascii()):
+        return kind
+    if kind is None:
+        raise _Invalid(".type", "missing")
+    return _string(part, "type", "") or ""  # a str: it is not None
+
+
+def _read_body(raw: dict[str, Any], role: str | None, parsed: bool) -> Message:
+    """The record of a message whose head `_read_head` checked, once every other field read
+    is checked: an assistant's `info.error`, then every part."""
+    info = raw["info"]
+    error_line = _error_line(info) if role == "assistant" and "error" in info else None
     items: list[Part] = []
     results = _NO_RESULTS
-    tail_ids: list[str | None] = []
     last_tool_name: str | None = None
     unchecked: list[tuple[int, str, str]] | None = None
-    for j, part in enumerate(parts):
+    for j, part in enumerate(raw["parts"]):
         try:
-            if type(part) is not dict and not isinstance(part, dict):
-                raise _Invalid("", "expected an object")
-            kind = part.get("type")
-            if not (type(kind) is str and (parsed or kind.isascii())):
-                if kind is None:
-                    raise _Invalid(".type", "missing")
-                kind = _string(part, "type", "")
+            kind = _part_type(part, parsed)
             if kind == "text":
                 text = part.get("text")
                 if text is not None and not (type(text) is str and (parsed or text.isascii())):
@@ -410,15 +452,11 @@ def _read_message(
                     if results is _NO_RESULTS:
                         results = []
                     results.append(found)
-            elif kind == "compaction":
-                tail_start_id = _string(part, "tail_start_id", "")
-                if role == "user":
-                    tail_ids.append(tail_start_id)
+            elif kind == "compaction" and role != "user":  # a user message's: read with its head
+                _string(part, "tail_start_id", "")
         except _Invalid as bad:
             raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
-    summary = role == "assistant" and info.get("summary") is True
-    record = Message(role, error_line, items, results, summary, unchecked)
-    return record, msg_id, parent_id, tail_ids
+    return Message(role, error_line, items, results, unchecked)
 
 
 def _defer(
@@ -431,7 +469,7 @@ def _defer(
     return unchecked
 
 
-def check_shown(messages: list[Message], shown: Sequence[int]) -> None:
+def check_shown(messages: Mapping[int, Message], shown: Sequence[int]) -> None:
     """The lone surrogate check of the long texts of the messages the context shows
     (indexes into `messages`, in context order): the first fault in that order, part by part.
 

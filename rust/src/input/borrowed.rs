@@ -3,7 +3,7 @@
 //! reference count (except on what the session keeps) and no call that could run Python code.
 //! Anything else stops it: another type, a table only CPython's lookup can read, any fault.
 //! `from_objects` then walks again with `PySource`, which reads every case and names the
-//! fault. Both go through the same message rules (`read_messages`), so they agree by
+//! fault. Both go through the same message rules (`walk_messages`), so they agree by
 //! construction; this one only does without the references and checked casts that the other
 //! needs where Python code could run between two reads.
 
@@ -14,9 +14,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use super::py::{clean_json, short_text, PySource, Seq, FIELDS};
-use super::{dict, read_messages, Field, Kind, PartType, Source, Status};
+use super::{dict, walk_messages, Field, Kind, PartType, Source, Status, Walk};
 use crate::errors::{InputError, Loc};
-use crate::session::{Message, Part, Short, Shorts, Span};
+use crate::session::{Short, Shorts, Span};
 
 /// The borrowed walk stopped: `PySource` walks again from the start.
 #[derive(Debug)]
@@ -48,14 +48,13 @@ struct BorrowedSource<'a, 'py> {
     hints: [Cell<usize>; FIELDS],
 }
 
-/// Read every message of `list` as `read_messages` does with a `PySource`, borrowed. On
-/// `Err(Stop)` what `src`, `messages` and `parts` hold is to be thrown away.
+/// Read the messages of `list` as `walk_messages` does with a `PySource`, borrowed. On
+/// `Err(Stop)` what `src` and `walk` hold is to be thrown away.
 pub fn read_borrowed<'py>(
     py: Python<'py>,
     src: &mut PySource<'py>,
     list: &Seq<'py>,
-    messages: &mut Vec<Message>,
-    parts: &mut Vec<Part>,
+    walk: Walk<'_>,
 ) -> Result<(), Stop> {
     if !dict::probing(py) {
         return Err(Stop);
@@ -69,7 +68,7 @@ pub fn read_borrowed<'py>(
     };
     // Nothing below runs Python code (see `Source for BorrowedSource`), so every object
     // reached stays alive and unchanged while it is read.
-    read_messages(&mut source, &items, messages, parts)
+    walk_messages(&mut source, &items, walk)
 }
 
 /// The items of a `list` (or subclass: the same layout) or an exact `tuple`.

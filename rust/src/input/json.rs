@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::read_message;
+use super::{read_body, read_head};
 use super::{Field, Kind, PartType, Source, Status};
 use crate::errors::{self as e, InputError, Loc};
 use crate::json::scan::{Doc, OnMessage, Str, Val, SLOTS};
@@ -24,14 +24,18 @@ pub fn slot(field: Field) -> usize {
     }
 }
 
-/// Reads each message as the scanner hands it over; keeps the first error and, after it, only
-/// lets the scanner check the rest of the syntax.
+/// Reads each message as the scanner hands it over, head and body; keeps the first fault of a
+/// head and, after it, only lets the scanner check the rest of the syntax. A fault in a body
+/// is kept with its message's index and the next message is read: it counts only if
+/// compaction keeps that message (`ParsedSession.render`).
 pub struct JsonReader<'a> {
     pub text: &'a str,
     pub messages: Vec<Message>,
     pub parts: Vec<Part>,
     pub shorts: Shorts,
     pub error: Option<InputError>,
+    /// the fault of each body that has one, by message index (ascending)
+    pub faults: Vec<(usize, InputError)>,
 }
 
 impl<'a> JsonReader<'a> {
@@ -42,6 +46,7 @@ impl<'a> JsonReader<'a> {
             parts: Vec::new(),
             shorts: Shorts::default(),
             error: None,
+            faults: Vec::new(),
         }
     }
 }
@@ -52,6 +57,7 @@ impl OnMessage for JsonReader<'_> {
         self.parts.clear();
         self.shorts.clear();
         self.error = None;
+        self.faults.clear();
     }
 
     fn message(&mut self, doc: &Doc, value: Val, index: usize) {
@@ -63,14 +69,24 @@ impl OnMessage for JsonReader<'_> {
             doc,
             shorts: &mut self.shorts,
         };
-        match read_message(&mut src, value, index, &mut self.parts) {
-            Ok(message) => self.messages.push(message),
+        let mut message = match read_head(&mut src, value, index) {
+            Ok(message) => message,
             Err(err) => {
                 self.error = Some(err);
                 self.messages = Vec::new();
                 self.parts = Vec::new();
+                self.faults = Vec::new();
+                return;
             }
+        };
+        let first = self.parts.len();
+        if let Err(err) = read_body(&mut src, value, index, &mut message, &mut self.parts) {
+            self.parts.truncate(first);
+            message.parts = first..first;
+            message.error_line = None;
+            self.faults.push((index, err));
         }
+        self.messages.push(message);
     }
 }
 

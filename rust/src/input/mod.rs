@@ -1,6 +1,8 @@
-//! The message rules, written once: `read_messages` is generic over a `Source` (the scanned
-//! JSON document, or Python dicts and lists), so both front ends check the same fields in the
-//! same order with the same paths and details, and build the same session.
+//! The message rules, written once: `read_head` and `read_body` are generic over a `Source`
+//! (the scanned JSON document, or Python dicts and lists), so both front ends check the same
+//! fields in the same order with the same paths and details, and build the same session.
+//! A message's head is what stage 1 reads; its body is read only if compaction keeps it
+//! (`Walk`), so a long history that compaction drops costs one look at each message.
 
 pub mod borrowed;
 pub mod dict;
@@ -195,30 +197,55 @@ fn non_empty(s: Option<Short>) -> Option<Short> {
     s.filter(|s| !s.is_empty())
 }
 
-/// Read every message of `list` into `messages` and their parts into `parts`.
-pub fn read_messages<S: Source>(
+/// What a walk of the message list reads.
+pub enum Walk<'w> {
+    /// every message's head (`read_head`), into this list
+    Heads(&'w mut Vec<Message>),
+    /// the bodies (`read_body`) of the messages at these indexes (ascending) of `heads`,
+    /// their parts into `parts`
+    Bodies {
+        heads: &'w mut [Message],
+        kept: &'w [usize],
+        parts: &'w mut Vec<Part>,
+    },
+}
+
+/// Read the messages of `list` as `walk` asks: the heads of all of them, or the bodies of some.
+pub fn walk_messages<S: Source>(
     src: &mut S,
     list: &S::Array,
-    messages: &mut Vec<Message>,
-    parts: &mut Vec<Part>,
+    walk: Walk<'_>,
 ) -> Result<(), S::Error> {
-    let count = src.len(list);
-    messages.reserve(count);
-    for i in 0..count {
-        let value = src.item(list, i)?;
-        let message = read_message(src, value, i, parts)?;
-        messages.push(message);
+    match walk {
+        Walk::Heads(messages) => {
+            let count = src.len(list);
+            messages.reserve(count);
+            for i in 0..count {
+                let value = src.item(list, i)?;
+                let message = read_head(src, value, i)?;
+                messages.push(message);
+            }
+        }
+        Walk::Bodies { heads, kept, parts } => {
+            for &i in kept {
+                let value = src.item(list, i)?;
+                let Some(head) = heads.get_mut(i) else {
+                    return Err(Loc::Message(i).err(None, e::EXPECTED_OBJECT).into());
+                };
+                read_body(src, value, i, head, parts)?;
+            }
+        }
     }
     Ok(())
 }
 
-/// Read message `i` (`value`), appending its parts to `parts`.
-pub fn read_message<S: Source>(
+/// Message `i`'s object, its `info` and its `parts`, checked in that order.
+#[inline(always)]
+fn frame<S: Source>(
     src: &mut S,
     value: S::Value,
     i: usize,
-    parts: &mut Vec<Part>,
-) -> Result<Message, S::Error> {
+) -> Result<(S::Object, S::Object), S::Error> {
     let Kind::Object(msg) = src.kind(value) else {
         return Err(Loc::Message(i).err(None, e::EXPECTED_OBJECT).into());
     };
@@ -227,6 +254,44 @@ pub fn read_message<S: Source>(
         Kind::Object(info) => info,
         _ => return Err(Loc::Message(i).err(Some("info"), e::EXPECTED_OBJECT).into()),
     };
+    Ok((msg, info))
+}
+
+#[inline(always)]
+fn parts_of<S: Source>(src: &mut S, msg: &S::Object, i: usize) -> Result<S::Array, S::Error> {
+    match src.kind(src.get(msg, Field::Parts)?) {
+        Kind::Absent => Err(Loc::Message(i).err(Some("parts"), e::MISSING).into()),
+        Kind::Array(list) => Ok(list),
+        _ => Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into()),
+    }
+}
+
+/// Part `j` of `list` as an object, and its `type`.
+#[inline(always)]
+fn part_of<S: Source>(
+    src: &mut S,
+    list: &S::Array,
+    i: usize,
+    j: usize,
+) -> Result<(S::Object, PartType), S::Error> {
+    let loc = Loc::Part(i, j);
+    let Kind::Object(part) = src.kind(src.item(list, j)?) else {
+        return Err(loc.err(None, e::EXPECTED_OBJECT).into());
+    };
+    let kind = match src.kind(src.get(&part, Field::Type)?) {
+        Kind::Absent => return Err(loc.err(Some("type"), e::MISSING).into()),
+        Kind::Str(s) => src.part_type(s, loc)?,
+        _ => return Err(loc.err(Some("type"), e::EXPECTED_STRING).into()),
+    };
+    Ok((part, kind))
+}
+
+/// Message `i`'s head: what stage 1 reads of every message (its object, `info` with `role`,
+/// `id`, `parentID` and an assistant's `summary`, the `parts` array and, in a user message,
+/// each part's `type` and a compaction part's `tail_start_id`). The rest is its body, read
+/// only if compaction keeps the message.
+pub fn read_head<S: Source>(src: &mut S, value: S::Value, i: usize) -> Result<Message, S::Error> {
+    let (msg, info) = frame(src, value, i)?;
     let iloc = Loc::Info(i);
     let role = short(src, &info, Field::Role, iloc)?;
     let id = short(src, &info, Field::Id, iloc)?;
@@ -234,8 +299,47 @@ pub fn read_message<S: Source>(
     let role_is = |src: &S, text: &str| role.is_some_and(|r| src.shorts().get(r) == text);
     let assistant = role_is(src, "assistant");
     let user = role_is(src, "user");
+    let list = parts_of(src, &msg, i)?;
+    // Only an assistant message can be a compaction summary: nobody else's is read.
+    let summary = assistant && src.is_true(&src.get(&info, Field::Summary)?);
+    let mut markers = Vec::new();
+    if user {
+        // only a user message's compaction parts are markers
+        for j in 0..src.len(&list) {
+            let (part, kind) = part_of(src, &list, i, j)?;
+            if kind == PartType::Compaction {
+                let tail = short(src, &part, Field::TailStartId, Loc::Part(i, j))?;
+                markers.push(tail.map(|t| src.shorts().get(t).to_owned()));
+            }
+        }
+    }
+    Ok(Message {
+        role,
+        id,
+        parent_id,
+        summary,
+        markers,
+        error_line: None,
+        parts: 0..0,
+    })
+}
+
+/// Message `i`'s body, whose head is `head`: an assistant's `info.error` and every part,
+/// appended to `parts`.
+pub fn read_body<S: Source>(
+    src: &mut S,
+    value: S::Value,
+    i: usize,
+    head: &mut Message,
+    parts: &mut Vec<Part>,
+) -> Result<(), S::Error> {
+    let (msg, info) = frame(src, value, i)?;
+    let role_is = |src: &S, text: &str| head.role.is_some_and(|r| src.shorts().get(r) == text);
+    let assistant = role_is(src, "assistant");
+    let user = role_is(src, "user");
     let mut error = None;
     if assistant {
+        let iloc = Loc::Info(i);
         if let Some(err) = object(src, &info, Field::InfoError, iloc)? {
             let name = short(src, &err, Field::ErrorName, Loc::Error(i))?;
             let detail = match object(src, &err, Field::ErrorData, Loc::Error(i))? {
@@ -246,26 +350,12 @@ pub fn read_message<S: Source>(
             error = Some(error_line(text(name), text(detail)));
         }
     }
-    let list = match src.kind(src.get(&msg, Field::Parts)?) {
-        Kind::Absent => return Err(Loc::Message(i).err(Some("parts"), e::MISSING).into()),
-        Kind::Array(list) => list,
-        _ => return Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into()),
-    };
-    // Only an assistant message can be a compaction summary: nobody else's is read.
-    let summary = assistant && src.is_true(&src.get(&info, Field::Summary)?);
+    let list = parts_of(src, &msg, i)?;
     let first = parts.len();
-    let mut markers = Vec::new();
     let mut last_tool_name: Option<Short> = None;
     for j in 0..src.len(&list) {
         let loc = Loc::Part(i, j);
-        let Kind::Object(part) = src.kind(src.item(&list, j)?) else {
-            return Err(loc.err(None, e::EXPECTED_OBJECT).into());
-        };
-        let kind = match src.kind(src.get(&part, Field::Type)?) {
-            Kind::Absent => return Err(loc.err(Some("type"), e::MISSING).into()),
-            Kind::Str(s) => src.part_type(s, loc)?,
-            _ => return Err(loc.err(Some("type"), e::EXPECTED_STRING).into()),
-        };
+        let (part, kind) = part_of(src, &list, i, j)?;
         match kind {
             PartType::Text => {
                 let text = long(src, &part, Field::Text, loc)?;
@@ -294,24 +384,17 @@ pub fn read_message<S: Source>(
                     parts.push(Part::ToolResult { name, text });
                 }
             }
-            PartType::Compaction => {
-                let tail = short(src, &part, Field::TailStartId, loc)?;
-                if user {
-                    markers.push(tail.map(|t| src.shorts().get(t).to_owned()));
-                }
+            PartType::Compaction if !user => {
+                // a user message's was read with its head; anyone else's is checked the same
+                short(src, &part, Field::TailStartId, loc)?;
             }
+            PartType::Compaction => {}
             PartType::Other => {}
         }
     }
-    Ok(Message {
-        role,
-        id,
-        parent_id,
-        summary,
-        markers,
-        error_line: error,
-        parts: first..parts.len(),
-    })
+    head.error_line = error;
+    head.parts = first..parts.len();
+    Ok(())
 }
 
 fn read_tool<S: Source>(

@@ -38,6 +38,14 @@ impl<'py> Seq<'py> {
     }
 
     /// The list or tuple object.
+    pub fn as_any(&self) -> &Bound<'py, PyAny> {
+        match self {
+            Seq::List(list) => list.as_any(),
+            Seq::Tuple(tuple) => tuple.as_any(),
+        }
+    }
+
+    /// The list or tuple object's pointer.
     pub fn as_ptr(&self) -> *mut ffi::PyObject {
         match self {
             Seq::List(list) => list.as_ptr(),
