@@ -586,7 +586,7 @@ def test_lone_surrogate_in_a_message_compaction_drops_is_never_read(engine):
     check([bad_id, marker, summary, after], engine, "messages[0].info.id", LONE)
 
 
-# --- messages compaction drops: only their heads are read ----------------------------------------
+# --- messages compaction drops: only their heads count ------------------------------------------
 
 _MARKER = user("msg_c", compaction())
 _SUMMARY = assistant("msg_s", {"type": "text", "text": "summary"}, parent="msg_c", summary=True)
@@ -636,9 +636,9 @@ _BODY_FAULTS = [
 
 
 @pytest.mark.parametrize(("bad", "where", "detail"), _BODY_FAULTS)
-def test_a_body_fault_in_a_message_compaction_drops_is_never_read(engine, bad, where, detail):
-    """Stage 1 reads each message's head; the rest is read only if compaction keeps the
-    message, so a fault there counts only then (docs/pipeline-contract.md)."""
+def test_a_body_fault_in_a_message_compaction_drops_does_not_count(engine, bad, where, detail):
+    """Stage 1 reads each message's head; a fault in the rest (its body) counts only if
+    compaction keeps the message (docs/pipeline-contract.md, "Heads and bodies")."""
     alone = build_fork_context([_MARKER, _SUMMARY, _AFTER], engine=engine)
     for data in as_forms([bad, _MARKER, _SUMMARY, _AFTER]):
         forked = build_fork_context(data, engine=engine)
@@ -688,7 +688,7 @@ def test_a_head_fault_is_found_in_every_message(engine, bad, where, detail):
 
 
 @pytest.mark.parametrize("form", ["objects", "json"])
-def test_one_session_reads_only_the_bodies_each_render_keeps(form):
+def test_one_session_counts_only_the_body_faults_each_render_keeps(form):
     """`ParsedSession.render` counts a body's fault only if its `kept` holds the message; the
     first fault in list order wins, whatever the order of `kept`."""
     bad = [
@@ -1039,7 +1039,20 @@ def test_lone_surrogate_escape_beats_shape_error(engine):
             "messages[0].parts[0].tool",
             "expected a string",
         ),
-        # every message's head is checked before any body
+        # every message's head is checked before any body, the first in list order
+        (
+            [{"info": 5}, {"info": {}, "parts": []}, {"info": {"id": 5}, "parts": []}],
+            "messages[0].info",
+            "expected an object",
+        ),
+        (
+            [
+                {"info": {"id": 5}, "parts": []},
+                {"info": {}, "parts": [{"type": "text", "text": 5}]},
+            ],
+            "messages[0].info.id",
+            "expected a string",
+        ),
         (
             [{"info": {}, "parts": [{"type": "text", "text": 5}]}, {"info": 5}],
             "messages[1].info",
@@ -1056,6 +1069,11 @@ def test_lone_surrogate_escape_beats_shape_error(engine):
             "expected an object",
         ),
         # a user message's part types are part of its head (stage 1 looks for its markers)
+        (
+            [{"info": {"role": "user"}, "parts": [{"type": 5}]}, {"info": 5}],
+            "messages[0].parts[0].type",
+            "expected a string",
+        ),
         (
             [{"info": {"role": "user"}, "parts": [{"type": "text", "text": 5}, {"type": 5}]}, 7],
             "messages[0].parts[1].type",
@@ -1222,30 +1240,23 @@ def test_walked_parameters_are_dumped_when_rendered_from_what_was_checked() -> N
     )
 
 
-def test_a_parameter_changed_into_non_json_before_the_render_is_refused_by_it() -> None:
-    """`from_objects` reads the heads; each render reads the bodies of the messages it keeps:
-    a value changed in between into something that is not JSON is refused there, by path."""
+def test_a_parameter_changed_into_non_json_before_the_render_is_an_error() -> None:
+    """The caller's objects are read twice (walk, then render): a value changed in between
+    into something that is not JSON gives a RuntimeError, never a crash or a wrong dump."""
     from asyncagents import _core
     from asyncagents.config import DEFAULT_CONFIG
 
     value: dict[str, Any] = {"path": "/a"}
     session = _core.from_objects([_tool_message(value)])
     value["path"] = {1, 2}
-    with pytest.raises(ForkInputError) as info:
+    with pytest.raises(RuntimeError, match=r"state\.input value changed"):
         session.render([0], DEFAULT_CONFIG)
-    assert str(info.value) == "messages[0].parts[0].state.input: not a JSON value (set)"
-    value["path"] = "/b"
-    out = session.render([0], DEFAULT_CONFIG)
-    assert out.context == (
-        '<inherited_context>\nAgent:\n[Tool: read] {"path":"/b"}\n[Tool result]\ndone'
-        "\n</inherited_context>"
-    )
 
 
 @pytest.mark.parametrize("container", ["list", "dict"])
-def test_a_parameter_changed_into_a_cycle_before_the_render_is_refused_by_it(container) -> None:
-    """A value that holds itself (made after `from_objects`) is refused by the render's read
-    of the body at 64 levels, whatever the preview would show: never a stack overflow."""
+def test_a_parameter_changed_into_a_cycle_before_the_render_is_an_error(container) -> None:
+    """A value that holds itself (made after the walk) would never end with no preview limit:
+    past the walk's 64 levels the dump stops with the same RuntimeError, not a stack overflow."""
     from asyncagents import _core
     from asyncagents.config import ForkConfig
 
@@ -1255,7 +1266,13 @@ def test_a_parameter_changed_into_a_cycle_before_the_render_is_refused_by_it(con
         value.append(value)
     else:
         value["self"] = value
-    for config in (ForkConfig(params_tier1=10**30), ForkConfig(params_tier1=10)):
-        with pytest.raises(ForkInputError) as info:
-            session.render([0], config)
-        assert str(info.value) == ("messages[0].parts[0].state.input: nested deeper than 64 levels")
+    unlimited = ForkConfig(params_tier1=10**30)
+    with pytest.raises(RuntimeError, match=r"state\.input value changed"):
+        session.render([0], unlimited)
+    # a preview that is full before the depth matters shows what it reached
+    out = session.render([0], ForkConfig(params_tier1=10))
+    preview = "[" * 10 if container == "list" else '{"self":{"'
+    assert out.context == (
+        f"<inherited_context>\nAgent:\n[Tool: read] {preview}...\n[Tool result]\ndone"
+        "\n</inherited_context>"
+    )

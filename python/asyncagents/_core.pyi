@@ -22,11 +22,10 @@ _Summary = tuple[int, str | None]
 class ParsedSession:
     """A parsed session whose heads are checked; its large strings stay in the input buffer.
 
-    A message's head (what stage 1 reads) is checked when the session is made; its body (the
-    rest) counts only for a `render` whose `kept` holds the message, which raises
-    `ForkInputError` for the first fault of those bodies in list order. `from_objects` reads
-    only the heads, and each `render` reads the kept bodies. The lone surrogate check of long
-    texts (texts, outputs, errors) of Python objects is left to each `render` too, for the
+    A message's head (what stage 1 reads) is checked when the session is made; a fault in its
+    body (the rest) is kept and counts only for a `render` whose `kept` holds the message, which
+    raises `ForkInputError` for the first such fault in list order. The lone surrogate check of
+    long texts (texts, outputs, errors) of Python objects is left to each `render` too, for the
     messages its context shows (the others are never written): the first one in context order.
     """
 

@@ -37,20 +37,17 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use crate::config::Config;
 use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
 use crate::input::{
-    borrowed::read_borrowed, json::JsonReader, py::PySource, py::Seq, walk_messages, Walk,
+    borrowed::read_borrowed, json::JsonReader, py::PySource, py::Seq, read_messages,
 };
 use crate::session::{Message, Part, Session, Short, Source, SurrogateCheck};
 use crate::utf8::Utf8Bytes;
 
 /// A parsed session, ready to render: every message's head is checked (what stage 1 reads);
-/// a body counts only if the render's `kept` holds its message.
+/// a body's fault counts only if the render's `kept` holds its message.
 #[pyclass(frozen, module = "asyncagents._core")]
 pub struct ParsedSession {
-    /// from JSON: every message, head and body; from objects: the heads only
     session: Session,
-    /// from objects: the message list, whose kept bodies each render reads
-    objects: Option<Py<PyAny>>,
-    /// from JSON: the fault of each body that has one, by message index (ascending)
+    /// the fault of each body that has one, by message index (ascending)
     faults: Vec<(usize, InputError)>,
 }
 
@@ -109,17 +106,8 @@ impl ParsedSession {
                 "kept index {bad} out of range for {count} messages"
             )));
         }
-        let bodies;
-        let session = match &self.objects {
-            Some(list) => {
-                bodies = self.read_bodies(list.bind(py), &kept)?;
-                &bodies
-            }
-            None => {
-                self.check_bodies(&kept)?;
-                &self.session
-            }
-        };
+        self.check_bodies(&kept)?;
+        let session = &self.session;
         let planned = py.detach(|| pipeline::plan(session, &kept, &config));
         let measured = match &session.source {
             // dumping parameters reads Python objects: with the GIL
@@ -152,46 +140,13 @@ impl ParsedSession {
 }
 
 impl ParsedSession {
-    /// A session of the heads and the bodies of the `kept` messages of `list`, read in index
-    /// order (so the first fault is the first in the list), borrowed where it can be.
-    fn read_bodies(&self, list: &Bound<'_, PyAny>, kept: &[usize]) -> PyResult<Session> {
-        let py = list.py();
-        let list = Seq::of(list).ok_or_else(|| InputError::new("messages", TOP_LEVEL))?;
-        let mut order = kept.to_vec();
-        order.sort_unstable();
-        order.dedup();
-        let fresh = || {
-            let mut src = PySource::new(py);
-            src.shorts = self.session.shorts.clone();
-            (src, self.session.messages.clone(), Vec::new())
-        };
-        let (mut src, mut messages, mut parts) = fresh();
-        let walk = Walk::Bodies {
-            heads: &mut messages,
-            kept: &order,
-            parts: &mut parts,
-        };
-        if read_borrowed(py, &mut src, &list, walk).is_err() {
-            // read again from the start, with references and checked casts, which name the
-            // first fault
-            (src, messages, parts) = fresh();
-            let walk = Walk::Bodies {
-                heads: &mut messages,
-                kept: &order,
-                parts: &mut parts,
-            };
-            walk_messages(&mut src, &list, walk)?;
-        }
-        Ok(objects_session(src, messages, parts))
-    }
-
-    /// From JSON: the fault of the first kept message whose body has one.
+    /// The fault of the first kept message whose body has one.
     fn check_bodies(&self, kept: &[usize]) -> Result<(), InputError> {
-        if self.faults.is_empty() {
+        let Some(&(first, _)) = self.faults.first() else {
             return Ok(());
-        }
-        let mut is_kept = vec![false; self.session.messages.len()];
-        for &m in kept {
+        };
+        let mut is_kept = vec![false; self.faults.last().map_or(0, |(m, _)| m + 1)];
+        for &m in kept.iter().filter(|&&m| m >= first) {
             if let Some(slot) = is_kept.get_mut(m) {
                 *slot = true;
             }
@@ -275,11 +230,7 @@ fn py_parse_json(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<ParsedSess
         return Err(PyTypeError::new_err("parse_json() takes bytes or str"));
     };
     let (session, faults) = py.detach(|| read_json(source))?;
-    Ok(ParsedSession {
-        session,
-        objects: None,
-        faults,
-    })
+    Ok(ParsedSession { session, faults })
 }
 
 /// The message list of parsed input: a list or tuple, or an export document's `messages`.
@@ -297,30 +248,28 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
     Err(InputError::new("messages", TOP_LEVEL).into())
 }
 
-/// Check and read the heads of a list of message dicts (or an export document), walking the
-/// Python objects directly; each render reads the bodies of the messages it keeps. Long
-/// non-ASCII strings (texts, outputs, errors) are checked for lone surrogates by the renders,
-/// for the messages their contexts show (see `SurrogateCheck`).
+/// Check and read a list of message dicts (or an export document), walking the Python objects
+/// directly. Long non-ASCII strings (texts, outputs, errors) are checked for lone surrogates by
+/// the renders, for the messages their contexts show (see `SurrogateCheck`).
 #[pyfunction(name = "from_objects")]
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let py = messages.py();
     let list = message_list(messages)?;
     // The common case, borrowed; anything it does not read is read again from the start,
-    // with references and checked casts, which name the first fault.
-    let mut heads = Vec::new();
-    let src = match walk_borrowed(py, &list, Walk::Heads(&mut heads)) {
-        Some(src) => src,
+    // with references and checked casts, which name the first fault (and keep a body's).
+    let mut faults = Vec::new();
+    let (src, out, parts) = match walk_borrowed(py, &list) {
+        Some(walked) => walked,
         None => {
-            heads.clear();
             let mut src = PySource::new(py);
-            walk_messages(&mut src, &list, Walk::Heads(&mut heads))?;
-            src
+            let (mut out, mut parts) = (Vec::new(), Vec::new());
+            read_messages(&mut src, &list, &mut out, &mut parts, &mut faults)?;
+            (src, out, parts)
         }
     };
     Ok(ParsedSession {
-        session: objects_session(src, heads, Vec::new()),
-        objects: Some(list.as_any().clone().unbind()),
-        faults: Vec::new(),
+        session: objects_session(src, out, parts),
+        faults,
     })
 }
 
@@ -331,33 +280,24 @@ fn py_probes_dict_tables(py: Python<'_>) -> bool {
     input::dict::probing(py)
 }
 
-/// What the borrowed walk kept of `list`, walked as `walk` asks; `None` where it stopped.
-fn walk_borrowed<'py>(py: Python<'py>, list: &Seq<'py>, walk: Walk<'_>) -> Option<PySource<'py>> {
+/// The messages of `list` read by the borrowed walk, with what it kept; `None` where it
+/// stopped.
+fn walk_borrowed<'py>(
+    py: Python<'py>,
+    list: &Seq<'py>,
+) -> Option<(PySource<'py>, Vec<Message>, Vec<Part>)> {
     let mut src = PySource::new(py);
-    read_borrowed(py, &mut src, list, walk).ok()?;
-    Some(src)
+    let (mut out, mut parts) = (Vec::new(), Vec::new());
+    read_borrowed(py, &mut src, list, &mut out, &mut parts).ok()?;
+    Some((src, out, parts))
 }
 
-/// Whether the borrowed walk reads these messages to the end, heads and then every body,
-/// without handing them to the checked walk: for the tests, which expect it of plain dicts and
-/// lists.
+/// Whether the borrowed walk reads these messages to the end, without handing them to the
+/// checked walk: for the tests, which expect it of plain dicts and lists.
 #[pyfunction(name = "_walks_borrowed")]
 fn py_walks_borrowed(messages: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let py = messages.py();
     let list = message_list(messages)?;
-    let mut heads = Vec::new();
-    let Some(src) = walk_borrowed(py, &list, Walk::Heads(&mut heads)) else {
-        return Ok(false);
-    };
-    let all: Vec<usize> = (0..heads.len()).collect();
-    let mut bodies = PySource::new(py);
-    bodies.shorts = src.shorts;
-    let walk = Walk::Bodies {
-        heads: &mut heads,
-        kept: &all,
-        parts: &mut Vec::new(),
-    };
-    Ok(read_borrowed(py, &mut bodies, &list, walk).is_ok())
+    Ok(walk_borrowed(messages.py(), &list).is_some())
 }
 
 #[pymodule]

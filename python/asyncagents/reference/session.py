@@ -1,10 +1,12 @@
 """Reference input handling: JSON text or Python objects in, checked records out.
 
 Every check of docs/pipeline-contract.md lives here, in the order the contract fixes, so that
-the Rust engine can be held to the same path and detail for every malformed input. A first pass
-checks what stage 1 reads of every message (its head: `read_session`); a second checks and reads
-the rest (its body: `read_bodies`) of the messages stage 1 keeps, so a history that compaction
-drops costs one look at each message. Only what the later stages read is kept; large strings are
+the Rust engine can be held to the same path and detail for every malformed input.
+`read_session` reads the messages from the newest: each whole (head and body) while it is newer
+than every compaction marker, and only its head (what stage 1 reads) from the last marker back;
+`read_bodies` then reads the bodies stage 1 keeps that are not read yet (a compaction's tail), so
+a history that compaction drops costs one look at each message, and a session without compaction
+is read in one pass. Only what the later stages read is kept; large strings are
 kept by reference, never copied, and parameters stay unserialised until a message is rendered.
 The one check left for later is the lone surrogate check of long texts (`check_shown`): only the
 messages the context shows are written, so only theirs are read for it.
@@ -289,49 +291,91 @@ def dump_input(value: Any) -> str:
 
 @dataclass(slots=True)
 class Session:
-    """The checked heads of the messages and the sparse view stage 1 reads; the bodies are
-    read by `read_bodies`, for the messages stage 1 keeps."""
+    """The checked heads of the messages, the bodies read so far, and the sparse view stage 1
+    reads; `read_bodies` reads the rest of the bodies stage 1 keeps."""
 
-    #: the caller's message list
-    raw: Sequence[Any]
-    #: ``info.role`` of each message
+    messages: Sequence[Any]
+    #: each message's ``info.role``
     roles: list[str | None]
+    #: the records of the bodies read, and the fault of each body that has one, by index
+    records: dict[int, Message]
+    faults: dict[int, ForkInputError]
+    #: the messages came from `load_json` (no lone surrogate in them)
+    parsed: bool
     view: CompactionView
 
 
 def read_session(messages: Sequence[Any]) -> Session:
-    """Check every message's head, in order (what stage 1 reads: see `_read_head`), and
-    collect the compaction view on the way (from checked values only)."""
-    roles: list[str | None] = []
-    ids: list[str | None] = []
+    """Check every message's head (what stage 1 reads: see `_read_message`) and collect the
+    compaction view (from checked values only).
+
+    The messages are read from the newest, each whole while it is newer than every compaction
+    marker (so a session without compaction is read in one pass; a body's fault is kept for
+    `read_bodies`), and only its head from the last marker back: a history that compaction
+    drops costs one look at each message. A head's fault stops the reading; the first one in
+    list order is raised.
+    """
+    parsed = isinstance(messages, ParsedMessages)
+    count = len(messages)
+    roles: list[str | None] = [None] * count
+    ids: list[str | None] = [None] * count
     markers: list[tuple[int, str | None, list[str | None]]] = []
     summaries: list[tuple[int, str | None]] = []
-    parsed = isinstance(messages, ParsedMessages)
-    for i, raw in enumerate(messages):
+    records: dict[int, Message] = {}
+    faults: dict[int, ForkInputError] = {}
+    newer = True  # than every marker
+    for i in range(count - 1, -1, -1):
         try:
-            role, msg_id, parent_id, summary, tail_ids = _read_head(raw, parsed)
+            role, msg_id, parent_id, summary, tail_ids, body = _read_message(
+                messages[i], parsed, newer
+            )
         except _Invalid as bad:
+            _first_head_fault(messages, i, parsed)
             raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
-        roles.append(role)
-        ids.append(msg_id)
+        roles[i] = role
+        ids[i] = msg_id
+        if isinstance(body, _Invalid):
+            faults[i] = ForkInputError(f"messages[{i}]{body.where}", body.detail)
+        elif body is not None:
+            records[i] = body
         if tail_ids:
             markers.append((i, msg_id, tail_ids))
+            newer = False
         if summary:
             summaries.append((i, parent_id))
-    return Session(messages, roles, CompactionView(len(roles), markers, summaries, _index_in(ids)))
+    markers.reverse()
+    summaries.reverse()
+    view = CompactionView(count, markers, summaries, _index_in(ids))
+    return Session(messages, roles, records, faults, parsed, view)
+
+
+def _first_head_fault(messages: Sequence[Any], before: int, parsed: bool) -> None:
+    """Raise the first fault of the heads of `messages[:before]`, if any (a read from the
+    newest meets the last fault first)."""
+    for i in range(before):
+        try:
+            _read_message(messages[i], parsed, False)
+        except _Invalid as bad:
+            raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
 
 
 def read_bodies(session: Session, kept: Sequence[int]) -> dict[int, Message]:
-    """Check and read the bodies of the `kept` messages, in list order (so the first fault is
-    the first in the list), each to a `Message` record. A message stage 1 drops is never read
-    past its head."""
-    parsed = isinstance(session.raw, ParsedMessages)
-    records: dict[int, Message] = {}
-    for i in sorted(set(kept)):
-        try:
-            records[i] = _read_body(session.raw[i], session.roles[i], parsed)
-        except _Invalid as bad:
-            raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
+    """The records of the `kept` messages, their bodies checked in list order (so the first
+    fault is the first in the list): read by `read_session` already, or now."""
+    records, faults = session.records, session.faults
+    missing = [i for i in kept if i not in records]
+    if not missing:
+        return records
+    for i in sorted(set(missing)):
+        if i in records:
+            continue
+        if i in faults:
+            raise faults[i]
+        *_, body = _read_message(session.messages[i], session.parsed, True)
+        if isinstance(body, _Invalid):
+            raise ForkInputError(f"messages[{i}]{body.where}", body.detail)
+        if body is not None:
+            records[i] = body
     return records
 
 
@@ -355,14 +399,19 @@ _NO_RESULTS: list[ToolCall | ToolResult] = []
 # long texts (a text, a result, an error) go to `_text` instead: their check waits for
 # `check_shown`, which reads only the messages the context shows.
 
+#: role, id, parentID, summary, compaction tail ids, and the record or fault of the body
+_Read = tuple[str | None, str | None, str | None, bool, list[str | None], Message | _Invalid | None]
 
-def _read_head(
-    raw: Any, parsed: bool
-) -> tuple[str | None, str | None, str | None, bool, list[str | None]]:
-    """Role, id, parentID, whether it is a compaction summary, and its compaction tail ids:
-    what stage 1 reads of every message, once every field read is checked (the message,
-    `info` and its `role`, `id` and `parentID`, `parts`, and in a user message each part's
-    `type` and a compaction part's `tail_start_id`)."""
+
+def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
+    """A message's head, once every field of it is checked (raises `_Invalid`): role, id,
+    parentID, whether it is a compaction summary, and its compaction tail ids. With `body`,
+    also its record, or the first fault of its body (an assistant's `info.error`, every
+    part's fields), which a head's fault anywhere in the message beats.
+
+    The head is the message, `info` with `role`, `id`, `parentID` (and `summary`), `parts`,
+    and in a user message each part's `type` and a compaction part's `tail_start_id`.
+    """
     if type(raw) is not dict and not isinstance(raw, dict):
         raise _Invalid("", "expected an object")
     info = raw.get("info")
@@ -383,41 +432,23 @@ def _read_head(
     if type(parts) is not list and not isinstance(parts, list | tuple):
         raise _Invalid(".parts", "missing" if parts is None else "expected an array")
     summary = role == "assistant" and info.get("summary") is True
-    tail_ids: list[str | None] = []
-    if role == "user":  # only a user message's compaction parts are markers
-        for j, part in enumerate(parts):
-            try:
-                if _part_type(part, parsed) == "compaction":
-                    tail_ids.append(_string(part, "tail_start_id", ""))
-            except _Invalid as bad:
-                raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
-    return role, msg_id, parent_id, summary, tail_ids
-
-
-def _part_type(part: Any, parsed: bool) -> str:
-    """A part's `type`, once the part is checked to be an object and its type a string."""
-    if type(part) is not dict and not isinstance(part, dict):
-        raise _Invalid("", "expected an object")
-    kind = part.get("type")
-    if type(kind) is str and (parsed or kind.isascii()):
-        return kind
-    if kind is None:
-        raise _Invalid(".type", "missing")
-    return _string(part, "type", "") or ""  # a str: it is not None
-
-
-def _read_body(raw: dict[str, Any], role: str | None, parsed: bool) -> Message:
-    """The record of a message whose head `_read_head` checked, once every other field read
-    is checked: an assistant's `info.error`, then every part."""
-    info = raw["info"]
-    error_line = _error_line(info) if role == "assistant" and "error" in info else None
+    user = role == "user"
+    if not body:
+        return role, msg_id, parent_id, summary, _tail_ids(parts, parsed) if user else [], None
+    # the body: an assistant's `info.error`, then every part (a user message's compaction
+    # tail ids come with it)
     items: list[Part] = []
     results = _NO_RESULTS
+    tail_ids: list[str | None] = []
     last_tool_name: str | None = None
     unchecked: list[tuple[int, str, str]] | None = None
-    for j, part in enumerate(raw["parts"]):
-        try:
-            kind = _part_type(part, parsed)
+    j = 0
+    try:
+        error_line = _error_line(info) if role == "assistant" and "error" in info else None
+        for j, part in enumerate(parts):
+            kind = part.get("type") if type(part) is dict else None
+            if not (type(kind) is str and (parsed or kind.isascii())):
+                kind = _part_type(part, parsed)
             if kind == "text":
                 text = part.get("text")
                 if text is not None and not (type(text) is str and (parsed or text.isascii())):
@@ -452,11 +483,41 @@ def _read_body(raw: dict[str, Any], role: str | None, parsed: bool) -> Message:
                     if results is _NO_RESULTS:
                         results = []
                     results.append(found)
-            elif kind == "compaction" and role != "user":  # a user message's: read with its head
-                _string(part, "tail_start_id", "")
+            elif kind == "compaction":
+                tail_start_id = _string(part, "tail_start_id", "")
+                if user:
+                    tail_ids.append(tail_start_id)
+    except _Invalid as bad:  # a body's fault: the rest of a user message's head still counts
+        where = bad.where if bad.where.startswith(".info") else f".parts[{j}]{bad.where}"
+        fault = _Invalid(where, bad.detail)
+        return role, msg_id, parent_id, summary, _tail_ids(parts, parsed) if user else [], fault
+    record = Message(role, error_line, items, results, unchecked)
+    return role, msg_id, parent_id, summary, tail_ids, record
+
+
+def _tail_ids(parts: Sequence[Any], parsed: bool) -> list[str | None]:
+    """The `tail_start_id` of each compaction part of a user message, once each part is
+    checked to be an object with a string `type` (the rest of a user message's head)."""
+    tail_ids: list[str | None] = []
+    for j, part in enumerate(parts):
+        try:
+            if _part_type(part, parsed) == "compaction":
+                tail_ids.append(_string(part, "tail_start_id", ""))
         except _Invalid as bad:
             raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
-    return Message(role, error_line, items, results, unchecked)
+    return tail_ids
+
+
+def _part_type(part: Any, parsed: bool) -> str:
+    """A part's `type`, once the part is checked to be an object and its type a string."""
+    if type(part) is not dict and not isinstance(part, dict):
+        raise _Invalid("", "expected an object")
+    kind = part.get("type")
+    if type(kind) is str and (parsed or kind.isascii()):
+        return kind
+    if kind is None:
+        raise _Invalid(".type", "missing")
+    return _string(part, "type", "") or ""  # a str: it is not None
 
 
 def _defer(

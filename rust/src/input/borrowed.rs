@@ -3,7 +3,7 @@
 //! reference count (except on what the session keeps) and no call that could run Python code.
 //! Anything else stops it: another type, a table only CPython's lookup can read, any fault.
 //! `from_objects` then walks again with `PySource`, which reads every case and names the
-//! fault. Both go through the same message rules (`walk_messages`), so they agree by
+//! fault. Both go through the same message rules (`read_messages`), so they agree by
 //! construction; this one only does without the references and checked casts that the other
 //! needs where Python code could run between two reads.
 
@@ -14,9 +14,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use super::py::{clean_json, short_text, PySource, Seq, FIELDS};
-use super::{dict, walk_messages, Field, Kind, PartType, Source, Status, Walk};
+use super::{dict, read_messages, Field, Kind, PartType, Source, Status};
 use crate::errors::{InputError, Loc};
-use crate::session::{Short, Shorts, Span};
+use crate::session::{Message, Part, Short, Shorts, Span};
 
 /// The borrowed walk stopped: `PySource` walks again from the start.
 #[derive(Debug)]
@@ -48,13 +48,15 @@ struct BorrowedSource<'a, 'py> {
     hints: [Cell<usize>; FIELDS],
 }
 
-/// Read the messages of `list` as `walk_messages` does with a `PySource`, borrowed. On
-/// `Err(Stop)` what `src` and `walk` hold is to be thrown away.
+/// Read every message of `list` as `read_messages` does with a `PySource`, borrowed. On
+/// `Err(Stop)` what `src`, `messages` and `parts` hold is to be thrown away. A fault stops
+/// the walk, in a body too, so nothing is ever kept in `faults`.
 pub fn read_borrowed<'py>(
     py: Python<'py>,
     src: &mut PySource<'py>,
     list: &Seq<'py>,
-    walk: Walk<'_>,
+    messages: &mut Vec<Message>,
+    parts: &mut Vec<Part>,
 ) -> Result<(), Stop> {
     if !dict::probing(py) {
         return Err(Stop);
@@ -68,7 +70,7 @@ pub fn read_borrowed<'py>(
     };
     // Nothing below runs Python code (see `Source for BorrowedSource`), so every object
     // reached stays alive and unchanged while it is read.
-    walk_messages(&mut source, &items, walk)
+    read_messages(&mut source, &items, messages, parts, &mut Vec::new())
 }
 
 /// The items of a `list` (or subclass: the same layout) or an exact `tuple`.
@@ -230,6 +232,11 @@ impl<'py> Source for BorrowedSource<'_, 'py> {
         // SAFETY: see above; the session keeps its own reference
         let s = unsafe { str_at(self.py, s) }.to_owned();
         self.inner.long(s, loc, key).map_err(|_| Stop)
+    }
+
+    /// Never kept: `PySource` walks again and names it.
+    fn body_fault(&self, _error: Stop) -> Result<InputError, Stop> {
+        Err(Stop)
     }
 
     fn input(&mut self, state: &Obj, _loc: Loc) -> Result<Option<Span>, Stop> {

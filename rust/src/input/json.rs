@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::{read_body, read_head};
+use super::read_message;
 use super::{Field, Kind, PartType, Source, Status};
 use crate::errors::{self as e, InputError, Loc};
 use crate::json::scan::{Doc, OnMessage, Str, Val, SLOTS};
@@ -69,24 +69,15 @@ impl OnMessage for JsonReader<'_> {
             doc,
             shorts: &mut self.shorts,
         };
-        let mut message = match read_head(&mut src, value, index) {
-            Ok(message) => message,
+        match read_message(&mut src, value, index, &mut self.parts, &mut self.faults) {
+            Ok(message) => self.messages.push(message),
             Err(err) => {
                 self.error = Some(err);
                 self.messages = Vec::new();
                 self.parts = Vec::new();
                 self.faults = Vec::new();
-                return;
             }
-        };
-        let first = self.parts.len();
-        if let Err(err) = read_body(&mut src, value, index, &mut message, &mut self.parts) {
-            self.parts.truncate(first);
-            message.parts = first..first;
-            message.error_line = None;
-            self.faults.push((index, err));
         }
-        self.messages.push(message);
     }
 }
 
@@ -181,6 +172,10 @@ impl Source for JsonSource<'_> {
             s.chars as usize,
             kind,
         ))
+    }
+
+    fn body_fault(&self, error: InputError) -> Result<InputError, InputError> {
+        Ok(error)
     }
 
     fn input(&mut self, state: &u32, loc: Loc) -> Result<Option<Span>, InputError> {

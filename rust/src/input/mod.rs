@@ -1,8 +1,8 @@
 //! The message rules, written once: `read_head` and `read_body` are generic over a `Source`
 //! (the scanned JSON document, or Python dicts and lists), so both front ends check the same
 //! fields in the same order with the same paths and details, and build the same session.
-//! A message's head is what stage 1 reads; its body is read only if compaction keeps it
-//! (`Walk`), so a long history that compaction drops costs one look at each message.
+//! A message's head is what stage 1 reads, and its fault ends the walk; its body's fault is
+//! kept and counts only if compaction keeps the message.
 
 pub mod borrowed;
 pub mod dict;
@@ -149,6 +149,9 @@ pub trait Source: Sized {
     fn long(&mut self, s: Self::Str, loc: Loc, key: &'static str) -> Result<Span, Self::Error>;
     /// `state.input` when present (a present `null` included): checked and kept for dumping.
     fn input(&mut self, state: &Self::Object, loc: Loc) -> Result<Option<Span>, Self::Error>;
+    /// A body's error as a fault to keep for later (`read_messages`), or the error itself when
+    /// the walk must end with it (it is no fault of the input, or the walk cannot go on).
+    fn body_fault(&self, error: Self::Error) -> Result<InputError, Self::Error>;
 }
 
 #[inline(always)]
@@ -197,46 +200,46 @@ fn non_empty(s: Option<Short>) -> Option<Short> {
     s.filter(|s| !s.is_empty())
 }
 
-/// What a walk of the message list reads.
-pub enum Walk<'w> {
-    /// every message's head (`read_head`), into this list
-    Heads(&'w mut Vec<Message>),
-    /// the bodies (`read_body`) of the messages at these indexes (ascending) of `heads`,
-    /// their parts into `parts`
-    Bodies {
-        heads: &'w mut [Message],
-        kept: &'w [usize],
-        parts: &'w mut Vec<Part>,
-    },
-}
-
-/// Read the messages of `list` as `walk` asks: the heads of all of them, or the bodies of some.
-pub fn walk_messages<S: Source>(
+/// Read every message of `list` into `messages` and their parts into `parts`, in one pass.
+/// A fault in a head ends the walk; a fault in a body is kept in `faults` with the message's
+/// index (ascending), the message keeps no parts, and the walk goes on: it counts only if
+/// compaction keeps that message (`ParsedSession.render`).
+pub fn read_messages<S: Source>(
     src: &mut S,
     list: &S::Array,
-    walk: Walk<'_>,
+    messages: &mut Vec<Message>,
+    parts: &mut Vec<Part>,
+    faults: &mut Vec<(usize, InputError)>,
 ) -> Result<(), S::Error> {
-    match walk {
-        Walk::Heads(messages) => {
-            let count = src.len(list);
-            messages.reserve(count);
-            for i in 0..count {
-                let value = src.item(list, i)?;
-                let message = read_head(src, value, i)?;
-                messages.push(message);
-            }
-        }
-        Walk::Bodies { heads, kept, parts } => {
-            for &i in kept {
-                let value = src.item(list, i)?;
-                let Some(head) = heads.get_mut(i) else {
-                    return Err(Loc::Message(i).err(None, e::EXPECTED_OBJECT).into());
-                };
-                read_body(src, value, i, head, parts)?;
-            }
-        }
+    let count = src.len(list);
+    messages.reserve(count);
+    for i in 0..count {
+        let value = src.item(list, i)?;
+        let message = read_message(src, value, i, parts, faults)?;
+        messages.push(message);
     }
     Ok(())
+}
+
+/// Read message `i` (`value`): its head, then its body, whose parts go to `parts` and whose
+/// fault goes to `faults` (see `read_messages`).
+#[inline(always)]
+pub fn read_message<S: Source>(
+    src: &mut S,
+    value: S::Value,
+    i: usize,
+    parts: &mut Vec<Part>,
+    faults: &mut Vec<(usize, InputError)>,
+) -> Result<Message, S::Error> {
+    let (mut message, info, list) = read_head(src, value, i)?;
+    let first = parts.len();
+    if let Err(err) = read_body(src, i, &mut message, &info, &list, parts) {
+        faults.push((i, src.body_fault(err)?));
+        parts.truncate(first);
+        message.parts = first..first;
+        message.error_line = None;
+    }
+    Ok(message)
 }
 
 /// Message `i`'s object, its `info` and its `parts`, checked in that order.
@@ -288,9 +291,14 @@ fn part_of<S: Source>(
 
 /// Message `i`'s head: what stage 1 reads of every message (its object, `info` with `role`,
 /// `id`, `parentID` and an assistant's `summary`, the `parts` array and, in a user message,
-/// each part's `type` and a compaction part's `tail_start_id`). The rest is its body, read
-/// only if compaction keeps the message.
-pub fn read_head<S: Source>(src: &mut S, value: S::Value, i: usize) -> Result<Message, S::Error> {
+/// each part's `type` and a compaction part's `tail_start_id`), with its `info` and `parts`.
+/// The rest is its body, whose fault counts only if compaction keeps the message.
+#[inline(always)]
+fn read_head<S: Source>(
+    src: &mut S,
+    value: S::Value,
+    i: usize,
+) -> Result<(Message, S::Object, S::Array), S::Error> {
     let (msg, info) = frame(src, value, i)?;
     let iloc = Loc::Info(i);
     let role = short(src, &info, Field::Role, iloc)?;
@@ -313,7 +321,7 @@ pub fn read_head<S: Source>(src: &mut S, value: S::Value, i: usize) -> Result<Me
             }
         }
     }
-    Ok(Message {
+    let head = Message {
         role,
         id,
         parent_id,
@@ -321,26 +329,28 @@ pub fn read_head<S: Source>(src: &mut S, value: S::Value, i: usize) -> Result<Me
         markers,
         error_line: None,
         parts: 0..0,
-    })
+    };
+    Ok((head, info, list))
 }
 
-/// Message `i`'s body, whose head is `head`: an assistant's `info.error` and every part,
-/// appended to `parts`.
-pub fn read_body<S: Source>(
+/// Message `i`'s body, once its head is read (`info` and `list` are its own): an assistant's
+/// `info.error` and every part, appended to `parts`.
+#[inline(always)]
+fn read_body<S: Source>(
     src: &mut S,
-    value: S::Value,
     i: usize,
     head: &mut Message,
+    info: &S::Object,
+    list: &S::Array,
     parts: &mut Vec<Part>,
 ) -> Result<(), S::Error> {
-    let (msg, info) = frame(src, value, i)?;
     let role_is = |src: &S, text: &str| head.role.is_some_and(|r| src.shorts().get(r) == text);
     let assistant = role_is(src, "assistant");
     let user = role_is(src, "user");
     let mut error = None;
     if assistant {
         let iloc = Loc::Info(i);
-        if let Some(err) = object(src, &info, Field::InfoError, iloc)? {
+        if let Some(err) = object(src, info, Field::InfoError, iloc)? {
             let name = short(src, &err, Field::ErrorName, Loc::Error(i))?;
             let detail = match object(src, &err, Field::ErrorData, Loc::Error(i))? {
                 Some(data) => short(src, &data, Field::DataMessage, Loc::Data(i))?,
@@ -350,12 +360,11 @@ pub fn read_body<S: Source>(
             error = Some(error_line(text(name), text(detail)));
         }
     }
-    let list = parts_of(src, &msg, i)?;
     let first = parts.len();
     let mut last_tool_name: Option<Short> = None;
-    for j in 0..src.len(&list) {
+    for j in 0..src.len(list) {
         let loc = Loc::Part(i, j);
-        let (part, kind) = part_of(src, &list, i, j)?;
+        let (part, kind) = part_of(src, list, i, j)?;
         match kind {
             PartType::Text => {
                 let text = long(src, &part, Field::Text, loc)?;

@@ -38,14 +38,6 @@ impl<'py> Seq<'py> {
     }
 
     /// The list or tuple object.
-    pub fn as_any(&self) -> &Bound<'py, PyAny> {
-        match self {
-            Seq::List(list) => list.as_any(),
-            Seq::Tuple(tuple) => tuple.as_any(),
-        }
-    }
-
-    /// The list or tuple object's pointer.
     pub fn as_ptr(&self) -> *mut ffi::PyObject {
         match self {
             Seq::List(list) => list.as_ptr(),
@@ -383,6 +375,13 @@ impl<'py> Source for PySource<'py> {
                 self.arena.push_str(&backed);
                 Ok(Span::new(start, self.arena.len(), chars, SpanKind::Plain))
             }
+        }
+    }
+
+    fn body_fault(&self, error: Failure) -> Result<InputError, Failure> {
+        match error {
+            Failure::Input(fault) => Ok(fault),
+            other => Err(other),
         }
     }
 
