@@ -367,8 +367,6 @@ def read_bodies(session: Session, kept: Sequence[int]) -> dict[int, Message]:
     if not missing:
         return records
     for i in sorted(set(missing)):
-        if i in records:
-            continue
         if i in faults:
             raise faults[i]
         *_, body = _read_message(session.messages[i], session.parsed, True)
@@ -442,54 +440,54 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
     tail_ids: list[str | None] = []
     last_tool_name: str | None = None
     unchecked: list[tuple[int, str, str]] | None = None
-    j = 0
     try:
         error_line = _error_line(info) if role == "assistant" and "error" in info else None
-        for j, part in enumerate(parts):
-            kind = part.get("type") if type(part) is dict else None
-            if not (type(kind) is str and (parsed or kind.isascii())):
-                kind = _part_type(part, parsed)
-            if kind == "text":
-                text = part.get("text")
-                if text is not None and not (type(text) is str and (parsed or text.isascii())):
+        try:
+            for j, part in enumerate(parts):
+                kind = part.get("type") if type(part) is dict else None
+                if not (type(kind) is str and (parsed or kind.isascii())):
+                    kind = _part_type(part, parsed)
+                if kind == "text":
+                    text = part.get("text")
+                    if text is not None and not (type(text) is str and (parsed or text.isascii())):
+                        text = _text(part, "text", "")
+                        if not parsed and text:
+                            unchecked = _defer(unchecked, j, ".text", text)
+                    ignored = part.get("ignored")
+                    if ignored is not None and type(ignored) is not bool:
+                        raise _Invalid(".ignored", "expected a boolean")
+                    if text and not ignored:
+                        items.append(text)
+                elif kind == "tool":
+                    call = _read_tool(part, parsed)
+                    if not parsed and call.result and not call.result.isascii():
+                        key = ".state.error" if call.is_error else ".state.output"
+                        unchecked = _defer(unchecked, j, key, call.result)
+                    last_tool_name = call.name
+                    items.append(call)
+                    if call.result is not None:
+                        if results is _NO_RESULTS:
+                            results = []
+                        results.append(call)
+                elif kind == "tool_result":
                     text = _text(part, "text", "")
-                    if not parsed and text:
+                    if not parsed and text and not text.isascii():
                         unchecked = _defer(unchecked, j, ".text", text)
-                ignored = part.get("ignored")
-                if ignored is not None and type(ignored) is not bool:
-                    raise _Invalid(".ignored", "expected a boolean")
-                if text and not ignored:
-                    items.append(text)
-            elif kind == "tool":
-                call = _read_tool(part, parsed)
-                if not parsed and call.result and not call.result.isascii():
-                    key = ".state.error" if call.is_error else ".state.output"
-                    unchecked = _defer(unchecked, j, key, call.result)
-                last_tool_name = call.name
-                items.append(call)
-                if call.result is not None:
-                    if results is _NO_RESULTS:
-                        results = []
-                    results.append(call)
-            elif kind == "tool_result":
-                text = _text(part, "text", "")
-                if not parsed and text and not text.isascii():
-                    unchecked = _defer(unchecked, j, ".text", text)
-                tool = _string(part, "tool", "")
-                alt_name = _string(part, "name", "")
-                if text:
-                    found = ToolResult(tool or alt_name or last_tool_name or "", text)
-                    items.append(found)
-                    if results is _NO_RESULTS:
-                        results = []
-                    results.append(found)
-            elif kind == "compaction":
-                tail_start_id = _string(part, "tail_start_id", "")
-                if user:
-                    tail_ids.append(tail_start_id)
-    except _Invalid as bad:  # a body's fault: the rest of a user message's head still counts
-        where = bad.where if bad.where.startswith(".info") else f".parts[{j}]{bad.where}"
-        fault = _Invalid(where, bad.detail)
+                    tool = _string(part, "tool", "")
+                    alt_name = _string(part, "name", "")
+                    if text:
+                        found = ToolResult(tool or alt_name or last_tool_name or "", text)
+                        items.append(found)
+                        if results is _NO_RESULTS:
+                            results = []
+                        results.append(found)
+                elif kind == "compaction":
+                    tail_start_id = _string(part, "tail_start_id", "")
+                    if user:
+                        tail_ids.append(tail_start_id)
+        except _Invalid as bad:
+            raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
+    except _Invalid as fault:  # a body's: the rest of a user message's head still counts
         return role, msg_id, parent_id, summary, _tail_ids(parts, parsed) if user else [], fault
     record = Message(role, error_line, items, results, unchecked)
     return role, msg_id, parent_id, summary, tail_ids, record

@@ -234,39 +234,12 @@ pub fn read_message<S: Source>(
     let (mut message, info, list) = read_head(src, value, i)?;
     let first = parts.len();
     if let Err(err) = read_body(src, i, &mut message, &info, &list, parts) {
+        // the message keeps its head's empty parts and no error line: `read_body` sets them
+        // only once the whole body is read
         faults.push((i, src.body_fault(err)?));
         parts.truncate(first);
-        message.parts = first..first;
-        message.error_line = None;
     }
     Ok(message)
-}
-
-/// Message `i`'s object, its `info` and its `parts`, checked in that order.
-#[inline(always)]
-fn frame<S: Source>(
-    src: &mut S,
-    value: S::Value,
-    i: usize,
-) -> Result<(S::Object, S::Object), S::Error> {
-    let Kind::Object(msg) = src.kind(value) else {
-        return Err(Loc::Message(i).err(None, e::EXPECTED_OBJECT).into());
-    };
-    let info = match src.kind(src.get(&msg, Field::Info)?) {
-        Kind::Absent => return Err(Loc::Message(i).err(Some("info"), e::MISSING).into()),
-        Kind::Object(info) => info,
-        _ => return Err(Loc::Message(i).err(Some("info"), e::EXPECTED_OBJECT).into()),
-    };
-    Ok((msg, info))
-}
-
-#[inline(always)]
-fn parts_of<S: Source>(src: &mut S, msg: &S::Object, i: usize) -> Result<S::Array, S::Error> {
-    match src.kind(src.get(msg, Field::Parts)?) {
-        Kind::Absent => Err(Loc::Message(i).err(Some("parts"), e::MISSING).into()),
-        Kind::Array(list) => Ok(list),
-        _ => Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into()),
-    }
 }
 
 /// Part `j` of `list` as an object, and its `type`.
@@ -299,7 +272,14 @@ fn read_head<S: Source>(
     value: S::Value,
     i: usize,
 ) -> Result<(Message, S::Object, S::Array), S::Error> {
-    let (msg, info) = frame(src, value, i)?;
+    let Kind::Object(msg) = src.kind(value) else {
+        return Err(Loc::Message(i).err(None, e::EXPECTED_OBJECT).into());
+    };
+    let info = match src.kind(src.get(&msg, Field::Info)?) {
+        Kind::Absent => return Err(Loc::Message(i).err(Some("info"), e::MISSING).into()),
+        Kind::Object(info) => info,
+        _ => return Err(Loc::Message(i).err(Some("info"), e::EXPECTED_OBJECT).into()),
+    };
     let iloc = Loc::Info(i);
     let role = short(src, &info, Field::Role, iloc)?;
     let id = short(src, &info, Field::Id, iloc)?;
@@ -307,7 +287,11 @@ fn read_head<S: Source>(
     let role_is = |src: &S, text: &str| role.is_some_and(|r| src.shorts().get(r) == text);
     let assistant = role_is(src, "assistant");
     let user = role_is(src, "user");
-    let list = parts_of(src, &msg, i)?;
+    let list = match src.kind(src.get(&msg, Field::Parts)?) {
+        Kind::Absent => return Err(Loc::Message(i).err(Some("parts"), e::MISSING).into()),
+        Kind::Array(list) => list,
+        _ => return Err(Loc::Message(i).err(Some("parts"), e::EXPECTED_ARRAY).into()),
+    };
     // Only an assistant message can be a compaction summary: nobody else's is read.
     let summary = assistant && src.is_true(&src.get(&info, Field::Summary)?);
     let mut markers = Vec::new();
