@@ -3,7 +3,8 @@
 Every check of docs/pipeline-contract.md lives here, in the order the contract fixes, so that
 the Rust engine can be held to the same path and detail for every malformed input.
 `read_session` reads the messages from the newest: each whole (head and body) while it is newer
-than every compaction marker, and only its head (what stage 1 reads) from the last marker back;
+than every compaction marker with a summary after it, and only its head (what stage 1 reads)
+from that marker back;
 `read_bodies` then reads the bodies stage 1 keeps that are not read yet (a compaction's tail), so
 a history that compaction drops costs one look at each message, and a session without compaction
 is read in one pass. Only what the later stages read is kept; large strings are
@@ -19,7 +20,6 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress
 from typing import Any
 
 from ..compaction import CompactionView
@@ -228,20 +228,22 @@ def _number(obj: dict[str, Any], key: str, where: str) -> float | int | None:
     raise _Invalid(f"{where}.{key}", "expected a number")
 
 
-_STR_TYPE = frozenset({str})
-_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
-
-
 def check_input(value: Any, where: str) -> None:
     """`state.input` of caller objects. The common case, a flat object of str keys and JSON
-    scalars, is checked with C-level calls only (types as sets, all its strings as one);
+    scalars, is checked entry by entry here (an ASCII str needs no lone surrogate scan);
     anything else gets the full walk of `check_json_value`, which names the fault."""
     if type(value) is dict:
-        values = value.values()
-        if _STR_TYPE.issuperset(map(type, value)) and _SCALAR_TYPES.issuperset(map(type, values)):
-            strings = compress(values, map(_STR_TYPE.__contains__, map(type, values)))
-            if surrogate_free("".join(chain(value, strings))):
-                return
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or surrogate_free(key)):
+                break
+            kind = type(item)
+            if kind is str:
+                if not (item.isascii() or surrogate_free(item)):
+                    break
+            elif kind is not int and kind is not float and kind is not bool and item is not None:
+                break
+        else:
+            return
     check_json_value(value, where)
 
 
@@ -281,9 +283,17 @@ def _check_scalar_or_descend(item: Any, where: str, level: int) -> None:
         raise _Invalid(where, f"not a JSON value ({type(item).__name__})")
 
 
+#: `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` without building an encoder
+#: per call (half its cost on small parameters). No circular check: `state.input` is checked
+#: to nest at most MAX_INPUT_DEPTH levels before it is dumped, so it holds no cycle.
+_DUMP_INPUT = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False
+).encode
+
+
 def dump_input(value: Any) -> str:
     """Parameters JSON exactly as DECISIONS.md fixes it (Python's compact json.dumps)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _DUMP_INPUT(value)
 
 
 # --- messages -------------------------------------------------------------------------------
@@ -310,10 +320,10 @@ def read_session(messages: Sequence[Any]) -> Session:
     compaction view (from checked values only).
 
     The messages are read from the newest, each whole while it is newer than every compaction
-    marker (so a session without compaction is read in one pass; a body's fault is kept for
-    `read_bodies`), and only its head from the last marker back: a history that compaction
-    drops costs one look at each message. A head's fault stops the reading; the first one in
-    list order is raised.
+    marker with a summary after it (so a session without compaction is read in one pass; a
+    body's fault is kept for `read_bodies`), and only its head from that marker back: a
+    history that compaction drops costs one look at each message. A head's fault stops the
+    reading; the first one in list order is raised.
     """
     parsed = isinstance(messages, ParsedMessages)
     count = len(messages)
@@ -323,7 +333,7 @@ def read_session(messages: Sequence[Any]) -> Session:
     summaries: list[tuple[int, str | None]] = []
     records: dict[int, Message] = {}
     faults: dict[int, ForkInputError] = {}
-    newer = True  # than every marker
+    newer = True  # than every marker that has a summary after it
     for i in range(count - 1, -1, -1):
         try:
             role, msg_id, parent_id, summary, tail_ids, body = _read_message(
@@ -340,7 +350,9 @@ def read_session(messages: Sequence[Any]) -> Session:
             records[i] = body
         if tail_ids:
             markers.append((i, msg_id, tail_ids))
-            newer = False
+            # stage 1 slices at the newest marker with a summary after it (one with a summary
+            # only before it is rare: `read_bodies` reads the bodies that slice keeps)
+            newer = newer and not summaries
         if summary:
             summaries.append((i, parent_id))
     markers.reverse()

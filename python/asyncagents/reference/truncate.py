@@ -35,11 +35,15 @@ def cut_head_tail(text: str, limit: int, config: ForkConfig) -> str:
 
 def wants_head_tail(name: str, is_error: bool, text: str, config: ForkConfig) -> bool:
     """Terminal tools and error-looking output keep their tail: that is where failures show."""
-    return (
-        is_error
-        or any(keyword in name for keyword in config.head_tail_keywords)
-        or any(pattern in text for pattern in config.error_patterns)
-    )
+    if is_error:
+        return True
+    for keyword in config.head_tail_keywords:
+        if keyword in name:
+            return True
+    for pattern in config.error_patterns:  # the first found ends the search
+        if pattern in text:
+            return True
+    return False
 
 
 class ResultTiers:
