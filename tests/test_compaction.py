@@ -296,3 +296,60 @@ def test_compaction_line_in_the_preamble(fork):
     assert ctx.preamble.splitlines()[2] == (
         "- Compaction summary included (messages before compaction removed)"
     )
+
+
+def _bodies_read_first(messages: list[dict]) -> list[int]:
+    """Indexes of the messages whose bodies the reference reads in its first pass."""
+    from asyncagents.reference.session import read_session
+
+    return sorted(read_session(messages).records)
+
+
+def test_the_reference_reads_each_kept_body_once_and_no_dropped_one():
+    """`read_session` reads bodies down to the boundary stage 1 slices at and through its tail
+    (never twice: `read_bodies` has nothing left), and only heads before that."""
+
+    def history(n: int) -> list[dict]:
+        return [user(f"msg_h{i}", text(f"old {i}")) for i in range(n)]
+
+    tail = history(4)
+    session = [
+        *tail,
+        user("msg_10", compaction("msg_h2")),
+        summary("msg_11", parent="msg_10"),
+        user("msg_12", text("new")),
+    ]
+    # the tail (2, 3), the marker, the summary and after; not 0 and 1
+    assert _bodies_read_first(session) == [2, 3, 4, 5, 6]
+    # a trailing marker without summary is not the boundary: the one before it is
+    assert _bodies_read_first([*session, user("msg_13", compaction("msg_h0"))]) == [
+        2, 3, 4, 5, 6, 7,
+    ]  # fmt: skip
+    # no tail (no tail_start_id, or one that is not before the marker): heads from the marker
+    for tail_start in (None, "msg_12", "msg_10"):
+        changed = [*tail, user("msg_10", compaction(tail_start)), *session[5:]]
+        assert _bodies_read_first(changed) == [4, 5, 6]
+    # an unknown tail_start_id: stage 1 keeps no tail, the first pass reads every body
+    unknown = [*tail, user("msg_10", compaction("msg_gone")), *session[5:]]
+    assert _bodies_read_first(unknown) == [0, 1, 2, 3, 4, 5, 6]
+    # no summary at all: every body, in one pass
+    assert _bodies_read_first(session[:5] + session[6:]) == [0, 1, 2, 3, 4, 5]
+
+
+def test_the_reference_reads_every_kept_body_of_the_generated_shapes_in_one_pass():
+    import sys
+    from pathlib import Path
+
+    from asyncagents.compaction import slice_at_compaction
+    from asyncagents.reference.session import read_session
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
+    from generate import SHAPES, session_objects
+
+    for size in (10, 200):
+        for shape in SHAPES:
+            session = read_session(session_objects(size, shape))
+            kept = set(slice_at_compaction(session.view).kept)
+            assert kept <= session.records.keys(), (shape, size)
+            # read but dropped: at most the marker of the boundary
+            assert len(session.records.keys() - kept) <= 1, (shape, size)

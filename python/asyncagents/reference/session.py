@@ -2,13 +2,12 @@
 
 Every check of docs/pipeline-contract.md lives here, in the order the contract fixes, so that
 the Rust engine can be held to the same path and detail for every malformed input.
-`read_session` reads the messages from the newest: each whole (head and body) while it is newer
-than every compaction marker with a summary after it, and only its head (what stage 1 reads)
-from that marker back;
-`read_bodies` then reads the bodies stage 1 keeps that are not read yet (a compaction's tail), so
-a history that compaction drops costs one look at each message, and a session without compaction
-is read in one pass. Only what the later stages read is kept; large strings are
-kept by reference, never copied, and parameters stay unserialised until a message is rendered.
+`read_session` reads the messages from the newest: each whole (head and body) down to the
+compaction boundary stage 1 slices at and through its verbatim tail, older ones only by their
+head (what stage 1 reads); `read_bodies` then reads any body stage 1 keeps that is not read yet.
+So a history that compaction drops costs one look at each message, and every other message is
+read once. Only what the later stages read is kept; large strings are kept by reference, never
+copied, and parameters stay unserialised until a message is rendered.
 The one check left for later is the lone surrogate check of long texts (`check_shown`): only the
 messages the context shows are written, so only theirs are read for it.
 """
@@ -319,11 +318,11 @@ def read_session(messages: Sequence[Any]) -> Session:
     """Check every message's head (what stage 1 reads: see `_read_message`) and collect the
     compaction view (from checked values only).
 
-    The messages are read from the newest, each whole while it is newer than every compaction
-    marker with a summary after it (so a session without compaction is read in one pass; a
-    body's fault is kept for `read_bodies`), and only its head from that marker back: a
-    history that compaction drops costs one look at each message. A head's fault stops the
-    reading; the first one in list order is raised.
+    The messages are read from the newest, each whole down to the compaction boundary stage 1
+    slices at (the newest marker with a summary after it) and its verbatim tail, so a session
+    without compaction is read in one pass (a body's fault is kept for `read_bodies`); older
+    messages only by their head: a history that compaction drops costs one look at each
+    message. A head's fault stops the reading; the first one in list order is raised.
     """
     parsed = isinstance(messages, ParsedMessages)
     count = len(messages)
@@ -333,11 +332,13 @@ def read_session(messages: Sequence[Any]) -> Session:
     summaries: list[tuple[int, str | None]] = []
     records: dict[int, Message] = {}
     faults: dict[int, ForkInputError] = {}
-    newer = True  # than every marker that has a summary after it
+    whole = True  # read bodies too: newer than the boundary, or in its tail
+    boundary = False  # met: read whole until the message with `tail_start`
+    tail_start: str | None = None
     for i in range(count - 1, -1, -1):
         try:
             role, msg_id, parent_id, summary, tail_ids, body = _read_message(
-                messages[i], parsed, newer
+                messages[i], parsed, whole
             )
         except _Invalid as bad:
             _first_head_fault(messages, i, parsed)
@@ -348,11 +349,17 @@ def read_session(messages: Sequence[Any]) -> Session:
             faults[i] = ForkInputError(f"messages[{i}]{body.where}", body.detail)
         elif body is not None:
             records[i] = body
+        if boundary and whole and msg_id == tail_start:
+            whole = False  # the tail's first message: older ones only by their head
         if tail_ids:
             markers.append((i, msg_id, tail_ids))
-            # stage 1 slices at the newest marker with a summary after it (one with a summary
-            # only before it is rare: `read_bodies` reads the bodies that slice keeps)
-            newer = newer and not summaries
+            if summaries and not boundary:
+                # Stage 1's boundary, but for a marker whose summary comes before it (rare:
+                # what it keeps then, `read_bodies` reads). Its tail starts at the first
+                # message with its tail_start_id, if that lies before the marker.
+                boundary = True
+                tail_start = tail_ids[0]
+                whole = tail_start is not None and tail_start not in ids
         if summary:
             summaries.append((i, parent_id))
     markers.reverse()
