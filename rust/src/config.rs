@@ -1,6 +1,6 @@
 //! `Config`: the `ForkConfig` fields, read once per render from the Python model by attribute
-//! name (`FromPyObject`). Its defaults mirror `asyncagents.constants` for the Rust tests only;
-//! Python always passes a config.
+//! name (`FromPyObject`). Python always passes a config; the crate's tests take the defaults
+//! of `asyncagents.constants`, which `build.rs` reads.
 
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
@@ -47,37 +47,6 @@ pub struct Config {
     pub cleared_marker: String,
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            char_budget: 200_000,
-            char_no_removal: 120_000,
-            tier1_count: 5,
-            tier2_count: 10,
-            tier2_limit: 3000,
-            tier3_limit: 500,
-            params_tier1: 500,
-            params_tier2: 200,
-            params_tier3: 100,
-            head_ratio: 0.8,
-            tail_ratio: 0.2,
-            error_patterns: [
-                "error",
-                "Error",
-                "ERROR",
-                "failed",
-                "FAILED",
-                "exception",
-                "traceback",
-            ]
-            .map(String::from)
-            .to_vec(),
-            head_tail_keywords: ["bash", "pty", "exec"].map(String::from).to_vec(),
-            cleared_marker: "[Old tool result content cleared]".to_owned(),
-        }
-    }
-}
-
 impl Config {
     /// Tier (1, 2, 3) of the result numbered `index` from the newest.
     pub fn tier_of(&self, index: usize) -> u8 {
@@ -103,6 +72,37 @@ impl Config {
             1 => self.params_tier1,
             2 => self.params_tier2,
             _ => self.params_tier3,
+        }
+    }
+}
+
+/// `ForkConfig()`'s values for the crate's tests: the seed's constants, from
+/// `python/asyncagents/constants.py` (written by `build.rs`).
+#[cfg(test)]
+mod defaults {
+    use super::Config;
+
+    include!(concat!(env!("OUT_DIR"), "/constants.rs"));
+
+    impl Default for Config {
+        fn default() -> Self {
+            let strings = |items: &[&str]| items.iter().map(|item| item.to_string()).collect();
+            Self {
+                char_budget: FORK_CHAR_BUDGET,
+                char_no_removal: FORK_CHAR_NO_REMOVAL,
+                tier1_count: FORK_TIER1_COUNT,
+                tier2_count: FORK_TIER2_COUNT,
+                tier2_limit: FORK_TIER2_LIMIT,
+                tier3_limit: FORK_TIER3_LIMIT,
+                params_tier1: FORK_PARAMS_TIER1,
+                params_tier2: FORK_PARAMS_TIER2,
+                params_tier3: FORK_PARAMS_TIER3,
+                head_ratio: FORK_HEAD_RATIO,
+                tail_ratio: FORK_TAIL_RATIO,
+                error_patterns: strings(FORK_ERROR_PATTERNS),
+                head_tail_keywords: strings(FORK_HEAD_TAIL_KEYWORDS),
+                cleared_marker: FORK_CLEARED_MARKER.to_owned(),
+            }
         }
     }
 }
