@@ -304,8 +304,6 @@ class Session:
     reads; `read_bodies` reads the rest of the bodies stage 1 keeps."""
 
     messages: Sequence[Any]
-    #: each message's ``info.role``
-    roles: list[str | None]
     #: the records of the bodies read, and the fault of each body that has one, by index
     records: dict[int, Message]
     faults: dict[int, ForkInputError]
@@ -326,7 +324,6 @@ def read_session(messages: Sequence[Any]) -> Session:
     """
     parsed = isinstance(messages, ParsedMessages)
     count = len(messages)
-    roles: list[str | None] = [None] * count
     ids: list[str | None] = [None] * count
     markers: list[tuple[int, str | None, list[str | None]]] = []
     summaries: list[tuple[int, str | None]] = []
@@ -337,13 +334,10 @@ def read_session(messages: Sequence[Any]) -> Session:
     tail_start: str | None = None
     for i in range(count - 1, -1, -1):
         try:
-            role, msg_id, parent_id, summary, tail_ids, body = _read_message(
-                messages[i], parsed, whole
-            )
+            msg_id, parent_id, summary, tail_ids, body = _read_message(messages[i], parsed, whole)
         except _Invalid as bad:
             _first_head_fault(messages, i, parsed)
             raise ForkInputError(f"messages[{i}]{bad.where}", bad.detail) from None
-        roles[i] = role
         ids[i] = msg_id
         if isinstance(body, _Invalid):
             faults[i] = ForkInputError(f"messages[{i}]{body.where}", body.detail)
@@ -365,7 +359,7 @@ def read_session(messages: Sequence[Any]) -> Session:
     markers.reverse()
     summaries.reverse()
     view = CompactionView(count, markers, summaries, _index_in(ids))
-    return Session(messages, roles, records, faults, parsed, view)
+    return Session(messages, records, faults, parsed, view)
 
 
 def _first_head_fault(messages: Sequence[Any], before: int, parsed: bool) -> None:
@@ -416,12 +410,12 @@ _NO_RESULTS: list[ToolCall | ToolResult] = []
 # long texts (a text, a result, an error) go to `_text` instead: their check waits for
 # `check_shown`, which reads only the messages the context shows.
 
-#: role, id, parentID, summary, compaction tail ids, and the record or fault of the body
-_Read = tuple[str | None, str | None, str | None, bool, list[str | None], Message | _Invalid | None]
+#: id, parentID, summary, compaction tail ids, and the record or fault of the body
+_Read = tuple[str | None, str | None, bool, list[str | None], Message | _Invalid | None]
 
 
 def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
-    """A message's head, once every field of it is checked (raises `_Invalid`): role, id,
+    """A message's head, once every field of it is checked (raises `_Invalid`): its id,
     parentID, whether it is a compaction summary, and its compaction tail ids. With `body`,
     also its record, or the first fault of its body (an assistant's `info.error`, every
     part's fields), which a head's fault anywhere in the message beats.
@@ -451,7 +445,7 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
     summary = role == "assistant" and info.get("summary") is True
     user = role == "user"
     if not body:
-        return role, msg_id, parent_id, summary, _tail_ids(parts, parsed) if user else [], None
+        return msg_id, parent_id, summary, _tail_ids(parts, parsed) if user else [], None
     # the body: an assistant's `info.error`, then every part (a user message's compaction
     # tail ids come with it)
     items: list[Part] = []
@@ -507,9 +501,9 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
         except _Invalid as bad:
             raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
     except _Invalid as fault:  # a body's: the rest of a user message's head still counts
-        return role, msg_id, parent_id, summary, _tail_ids(parts, parsed) if user else [], fault
+        return msg_id, parent_id, summary, _tail_ids(parts, parsed) if user else [], fault
     record = Message(role, error_line, items, results, unchecked)
-    return role, msg_id, parent_id, summary, tail_ids, record
+    return msg_id, parent_id, summary, tail_ids, record
 
 
 def _tail_ids(parts: Sequence[Any], parsed: bool) -> list[str | None]:
