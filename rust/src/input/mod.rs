@@ -231,15 +231,25 @@ pub fn read_message<S: Source>(
     parts: &mut Vec<Part>,
     faults: &mut Vec<(usize, InputError)>,
 ) -> Result<Message, S::Error> {
-    let (mut message, info, list) = read_head(src, value, i)?;
+    let mut head = read_head(src, value, i)?;
     let first = parts.len();
-    if let Err(err) = read_body(src, i, &mut message, &info, &list, parts) {
+    if let Err(err) = read_body(src, i, &mut head, parts) {
         // the message keeps its head's empty parts and no error line: `read_body` sets them
         // only once the whole body is read
         faults.push((i, src.body_fault(err)?));
         parts.truncate(first);
     }
-    Ok(message)
+    Ok(head.message)
+}
+
+/// What `read_head` read of a message: its record so far, its `info` and `parts`, and
+/// whether its role is `assistant` or `user`, for `read_body`.
+struct Head<S: Source> {
+    message: Message,
+    info: S::Object,
+    list: S::Array,
+    assistant: bool,
+    user: bool,
 }
 
 /// Part `j` of `list` as an object, and its `type`.
@@ -267,11 +277,7 @@ fn part_of<S: Source>(
 /// each part's `type` and a compaction part's `tail_start_id`), with its `info` and `parts`.
 /// The rest is its body, whose fault counts only if compaction keeps the message.
 #[inline(always)]
-fn read_head<S: Source>(
-    src: &mut S,
-    value: S::Value,
-    i: usize,
-) -> Result<(Message, S::Object, S::Array), S::Error> {
+fn read_head<S: Source>(src: &mut S, value: S::Value, i: usize) -> Result<Head<S>, S::Error> {
     let Kind::Object(msg) = src.kind(value) else {
         return Err(Loc::Message(i).err(None, e::EXPECTED_OBJECT).into());
     };
@@ -305,7 +311,7 @@ fn read_head<S: Source>(
             }
         }
     }
-    let head = Message {
+    let message = Message {
         role,
         id,
         parent_id,
@@ -314,23 +320,25 @@ fn read_head<S: Source>(
         error_line: None,
         parts: 0..0,
     };
-    Ok((head, info, list))
+    Ok(Head {
+        message,
+        info,
+        list,
+        assistant,
+        user,
+    })
 }
 
-/// Message `i`'s body, once its head is read (`info` and `list` are its own): an assistant's
-/// `info.error` and every part, appended to `parts`.
+/// Message `i`'s body, once its head is read: an assistant's `info.error` and every part,
+/// appended to `parts`.
 #[inline(always)]
 fn read_body<S: Source>(
     src: &mut S,
     i: usize,
-    head: &mut Message,
-    info: &S::Object,
-    list: &S::Array,
+    head: &mut Head<S>,
     parts: &mut Vec<Part>,
 ) -> Result<(), S::Error> {
-    let role_is = |src: &S, text: &str| head.role.is_some_and(|r| src.shorts().get(r) == text);
-    let assistant = role_is(src, "assistant");
-    let user = role_is(src, "user");
+    let (info, list, assistant, user) = (&head.info, &head.list, head.assistant, head.user);
     let mut error = None;
     if assistant {
         let iloc = Loc::Info(i);
@@ -385,8 +393,8 @@ fn read_body<S: Source>(
             PartType::Other => {}
         }
     }
-    head.error_line = error;
-    head.parts = first..parts.len();
+    head.message.error_line = error;
+    head.message.parts = first..parts.len();
     Ok(())
 }
 
