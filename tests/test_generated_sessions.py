@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from asyncagents import _core, build_fork_context
+from asyncagents.models import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 
@@ -198,6 +199,80 @@ def test_plain_objects_are_walked_borrowed_and_the_rest_again_checked():
         copy = json.loads(json.dumps(shared))
         change(copy[tool[0]]["parts"][tool[1]])
         assert _core._walks_borrowed(copy) is False
+
+
+def _refuse(self, *args, **kwargs):
+    raise RuntimeError("a container's own method was called")
+
+
+class _LyingDict(dict):
+    """A dict subclass whose Python-level readers all raise: read by its contents."""
+
+    get = __getitem__ = __contains__ = __iter__ = __len__ = _refuse
+    keys = values = items = _refuse
+
+
+class _LyingList(list):
+    """A list subclass whose Python-level readers all raise: read by its contents."""
+
+    __getitem__ = __iter__ = __len__ = __contains__ = _refuse
+
+
+class _LyingTuple(tuple):
+    """A tuple subclass whose Python-level readers all raise: read by its contents."""
+
+    __getitem__ = __iter__ = __len__ = __contains__ = _refuse
+
+
+class _LyingStr(str):
+    """A str subclass whose Python-level methods all raise: read by its characters."""
+
+    isascii = encode = __len__ = __getitem__ = __contains__ = _refuse
+    __add__ = __radd__ = __format__ = __str__ = __eq__ = __ne__ = __iter__ = _refuse
+    __hash__ = str.__hash__
+
+
+def _lying(value):
+    """`value` with every dict, list, tuple and str value (`state.input` included; not the
+    keys, which CPython's own lookups compare) in a subclass above."""
+    if isinstance(value, str):
+        return _LyingStr(value)
+    if isinstance(value, dict):
+        return _LyingDict({k: _lying(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return _LyingList(_lying(v) for v in value)
+    if isinstance(value, tuple):
+        return _LyingTuple(_lying(v) for v in value)
+    return value
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_container_subclasses_are_read_by_their_contents(shape, engine):
+    """A dict, list, tuple or str subclass is read by what it holds, as CPython's own
+    lookups read it (`PyDict_GetItem`, `PyList_GET_ITEM`, `PyDict_Next`, the characters),
+    never through methods it overrides: both engines give the plain session's answer,
+    whatever those methods do."""
+    plain = session_objects(40, shape)
+    expected = build_fork_context(plain, engine="python")
+    lying = _lying(plain)
+    assert build_fork_context(lying, engine=engine) == expected
+    tupled = _LyingTuple(_lying(message) for message in plain)
+    assert build_fork_context(tupled, engine=engine) == expected
+    export = _LyingDict(info=_LyingDict(id="ses"), messages=lying)
+    assert build_fork_context(export, engine=engine) == expected
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_models_among_container_subclasses_read_as_plain(engine):
+    """`Message` models in a list subclass (or an export dict subclass) are dumped to dicts
+    from the list's contents: the Rust path's retry reads them as the walk does."""
+    plain = session_objects(30, "mixed")
+    expected = build_fork_context(plain, engine="python")
+    mixed = [Message.model_validate(m) if i % 3 == 0 else _lying(m) for i, m in enumerate(plain)]
+    assert build_fork_context(_LyingList(mixed), engine=engine) == expected
+    assert build_fork_context(_LyingTuple(mixed), engine=engine) == expected
+    assert build_fork_context(_LyingDict(messages=_LyingList(mixed)), engine=engine) == expected
 
 
 class _Int(int):

@@ -89,16 +89,21 @@ def _objects(messages: MessagesInput) -> Sequence[Any]:
 
 def _without_models(document: Any) -> list[Any] | dict[str, Any] | None:
     """`document` (a message list or an export dict) with its `Message` models dumped to dicts;
-    None when it holds no model."""
+    None when it holds no model. Containers are read by their contents, as the Rust walk
+    reads them, never through methods a subclass overrides."""
     if isinstance(document, dict):
-        items = document.get("messages")
+        items = dict.get(document, "messages")
         dumped = _without_models(items) if isinstance(items, list | tuple) else None
-        return None if dumped is None else {**document, "messages": dumped}
-    if not isinstance(document, list | tuple):
+        return None if dumped is None else {**dict(dict.items(document)), "messages": dumped}
+    if isinstance(document, list):
+        items = list(list.__iter__(document))
+    elif isinstance(document, tuple):
+        items = list(tuple.__iter__(document))
+    else:
         return None
-    if not any(isinstance(item, Message) for item in document):
+    if not any(isinstance(item, Message) for item in items):
         return None
-    return [_dump(item) if isinstance(item, Message) else item for item in document]
+    return [_dump(item) if isinstance(item, Message) else item for item in items]
 
 
 def _dump(message: Message) -> dict[str, Any]:

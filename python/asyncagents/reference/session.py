@@ -33,6 +33,22 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _TOP_LEVEL = 'expected an array of messages or an export object with a "messages" array'
 
+# Containers and strings are read by their contents, as CPython's own lookups read them (and
+# the Rust engine with them): a subclass of dict, list, tuple or str is read through the
+# base type's methods or copied into the base type, never through methods it overrides.
+
+
+def _plain_dict(value: dict[str, Any]) -> dict[str, Any]:
+    """`value`, or for a dict subclass a plain dict of the entries it holds."""
+    return value if type(value) is dict else dict(dict.items(value))
+
+
+def _plain_seq(value: list[Any] | tuple[Any, ...]) -> Sequence[Any]:
+    """`value`, or for a list or tuple subclass a plain list of the items it holds."""
+    if type(value) is list or type(value) is tuple or type(value) is ParsedMessages:
+        return value
+    return list(list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value))
+
 
 @dataclass(slots=True, eq=False)
 class ToolCall:
@@ -170,10 +186,11 @@ def _has_surrogate(value: Any) -> bool:
 def message_list(document: Any) -> Sequence[Any]:
     """The messages of a `GET /session/{id}/message` list or an `opencode export` document."""
     if isinstance(document, list | tuple):
-        return document
-    if isinstance(document, dict) and isinstance(document.get("messages"), list | tuple):
-        messages: Sequence[Any] = document["messages"]
-        return messages
+        return _plain_seq(document)
+    if isinstance(document, dict):
+        messages = dict.get(document, "messages")
+        if isinstance(messages, list | tuple):
+            return _plain_seq(messages)
     raise ForkInputError("messages", _TOP_LEVEL)
 
 
@@ -199,8 +216,10 @@ def _text(obj: dict[str, Any], key: str, where: str) -> str | None:
     """A long text field (a text, an output, an error): a str, whose lone surrogate check
     waits until the context is known to show its message (`check_shown`)."""
     value = obj.get(key)
-    if value is None or isinstance(value, str):
+    if value is None or type(value) is str:
         return value
+    if isinstance(value, str):
+        return str.__str__(value)  # a str subclass: its characters, as an exact str
     raise _Invalid(f"{where}.{key}", "expected a string")
 
 
@@ -214,8 +233,10 @@ def _string(obj: dict[str, Any], key: str, where: str) -> str | None:
 
 def _object(obj: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
     value = obj.get(key)
-    if value is None or isinstance(value, dict):
+    if value is None or type(value) is dict:
         return value
+    if isinstance(value, dict):
+        return _plain_dict(value)
     raise _Invalid(f"{where}.{key}", "expected an object")
 
 
@@ -227,10 +248,12 @@ def _number(obj: dict[str, Any], key: str, where: str) -> float | int | None:
     raise _Invalid(f"{where}.{key}", "expected a number")
 
 
-def check_input(value: Any, where: str) -> None:
-    """`state.input` of caller objects. The common case, a flat object of str keys and JSON
-    scalars, is checked entry by entry here (an ASCII str needs no lone surrogate scan);
-    anything else gets the full walk of `check_json_value`, which names the fault."""
+def check_input(value: Any, where: str) -> Any:
+    """`state.input` of caller objects, returned as it is to be dumped. The common case, a
+    flat object of str keys and JSON scalars, is checked entry by entry here (an ASCII str
+    needs no lone surrogate scan); anything else gets the full walk of `check_json_value`,
+    which names the fault, and where it finds a subclass of dict, list, tuple or str, a plain
+    copy (`json.dumps` would read those through their own methods)."""
     if type(value) is dict:
         for key, item in value.items():
             if type(key) is not str or not (key.isascii() or surrogate_free(key)):
@@ -242,44 +265,66 @@ def check_input(value: Any, where: str) -> None:
             elif kind is not int and kind is not float and kind is not bool and item is not None:
                 break
         else:
-            return
-    check_json_value(value, where)
+            return value
+    if check_json_value(value, where):
+        return _plain_json(value)
+    return value
 
 
-def check_json_value(value: Any, where: str, level: int = 0) -> None:
+def check_json_value(value: Any, where: str, level: int = 0) -> bool:
     """`state.input` must be plain JSON (str keys) nested at most MAX_INPUT_DEPTH levels.
+    Returns whether it holds a subclass of dict, list, tuple or str (read here by contents).
 
     Depth first, in key order; recursion only into containers.
     """
     if isinstance(value, dict):
         if level >= MAX_INPUT_DEPTH:
             raise _Invalid(where, f"nested deeper than {MAX_INPUT_DEPTH} levels")
-        for key, item in value.items():
+        subclassed = type(value) is not dict
+        for key, item in dict.items(value):
             if not isinstance(key, str):
                 raise _Invalid(where, "keys must be strings")
-            _check_scalar_or_descend(key, where, level)
-            _check_scalar_or_descend(item, where, level)
-    elif isinstance(value, list | tuple):
+            subclassed |= _check_scalar_or_descend(key, where, level)
+            subclassed |= _check_scalar_or_descend(item, where, level)
+        return subclassed
+    if isinstance(value, list | tuple):
         if level >= MAX_INPUT_DEPTH:
             raise _Invalid(where, f"nested deeper than {MAX_INPUT_DEPTH} levels")
-        for item in value:
-            _check_scalar_or_descend(item, where, level)
-    else:
-        _check_scalar_or_descend(value, where, level - 1)
+        subclassed = type(value) is not list and type(value) is not tuple
+        for item in _plain_seq(value):
+            subclassed |= _check_scalar_or_descend(item, where, level)
+        return subclassed
+    return _check_scalar_or_descend(value, where, level - 1)
 
 
-def _check_scalar_or_descend(item: Any, where: str, level: int) -> None:
-    """A value inside a container at `level`: scalars are checked here, containers recursed."""
+def _check_scalar_or_descend(item: Any, where: str, level: int) -> bool:
+    """A value inside a container at `level`: scalars are checked here, containers recursed.
+    Returns whether it is or holds a subclass of dict, list, tuple or str."""
     kind = type(item)
     if kind is int or kind is float or kind is bool or item is None:
-        return
+        return False
     if isinstance(item, str):
-        if not surrogate_free(item):
+        if not surrogate_free(str.__str__(item) if kind is not str else item):
             raise _Invalid(where, "contains a lone surrogate")
-    elif isinstance(item, dict | list | tuple):
-        check_json_value(item, where, level + 1)
-    elif not isinstance(item, int | float):
+        return kind is not str
+    if isinstance(item, dict | list | tuple):
+        return check_json_value(item, where, level + 1)
+    if not isinstance(item, int | float):
         raise _Invalid(where, f"not a JSON value ({type(item).__name__})")
+    return False
+
+
+def _plain_json(value: Any) -> Any:
+    """A checked `state.input` value with each subclass of dict, list, tuple or str replaced
+    by its base type holding the same contents, as the Rust engine reads it."""
+    if isinstance(value, dict):
+        return {str.__str__(key): _plain_json(item) for key, item in dict.items(value)}
+    if isinstance(value, list | tuple):
+        items = [_plain_json(item) for item in _plain_seq(value)]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, str):
+        return str.__str__(value)
+    return value
 
 
 #: `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` without building an encoder
@@ -423,13 +468,17 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
     The head is the message, `info` with `role`, `id`, `parentID` (and `summary`), `parts`,
     and in a user message each part's `type` and a compaction part's `tail_start_id`.
     """
-    if type(raw) is not dict and not isinstance(raw, dict):
-        raise _Invalid("", "expected an object")
+    if type(raw) is not dict:
+        if not isinstance(raw, dict):
+            raise _Invalid("", "expected an object")
+        raw = _plain_dict(raw)
     info = raw.get("info")
-    if info is None:
-        raise _Invalid(".info", "missing")
-    if not isinstance(info, dict):
-        raise _Invalid(".info", "expected an object")
+    if type(info) is not dict:
+        if info is None:
+            raise _Invalid(".info", "missing")
+        if not isinstance(info, dict):
+            raise _Invalid(".info", "expected an object")
+        info = _plain_dict(info)
     role = info.get("role")
     if role is not None and not (type(role) is str and (parsed or role.isascii())):
         role = _string(info, "role", ".info")
@@ -440,8 +489,10 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
     if parent_id is not None and not (type(parent_id) is str and (parsed or parent_id.isascii())):
         parent_id = _string(info, "parentID", ".info")
     parts = raw.get("parts")
-    if type(parts) is not list and not isinstance(parts, list | tuple):
-        raise _Invalid(".parts", "missing" if parts is None else "expected an array")
+    if type(parts) is not list:
+        if not isinstance(parts, list | tuple):
+            raise _Invalid(".parts", "missing" if parts is None else "expected an array")
+        parts = _plain_seq(parts)
     summary = role == "assistant" and info.get("summary") is True
     user = role == "user"
     if not body:
@@ -457,7 +508,11 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
         error_line = _error_line(info) if role == "assistant" and "error" in info else None
         try:
             for j, part in enumerate(parts):
-                kind = part.get("type") if type(part) is dict else None
+                if type(part) is dict:
+                    kind = part.get("type")
+                else:
+                    part = _plain_dict(part) if isinstance(part, dict) else part
+                    kind = None
                 if not (type(kind) is str and (parsed or kind.isascii())):
                     kind = _part_type(part, parsed)
                 if kind == "text":
@@ -513,7 +568,7 @@ def _tail_ids(parts: Sequence[Any], parsed: bool) -> list[str | None]:
     for j, part in enumerate(parts):
         try:
             if _part_type(part, parsed) == "compaction":
-                tail_ids.append(_string(part, "tail_start_id", ""))
+                tail_ids.append(_string(_plain_dict(part), "tail_start_id", ""))
         except _Invalid as bad:
             raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
     return tail_ids
@@ -521,8 +576,10 @@ def _tail_ids(parts: Sequence[Any], parsed: bool) -> list[str | None]:
 
 def _part_type(part: Any, parsed: bool) -> str:
     """A part's `type`, once the part is checked to be an object and its type a string."""
-    if type(part) is not dict and not isinstance(part, dict):
-        raise _Invalid("", "expected an object")
+    if type(part) is not dict:
+        if not isinstance(part, dict):
+            raise _Invalid("", "expected an object")
+        part = _plain_dict(part)
     kind = part.get("type")
     if type(kind) is str and (parsed or kind.isascii()):
         return kind
@@ -583,7 +640,9 @@ def _read_tool(part: dict[str, Any], parsed: bool) -> ToolCall:
         status = _string(state, "status", ".state")
     if "input" in state:
         if not parsed:
-            check_input(state["input"], ".state.input")
+            plain = check_input(state["input"], ".state.input")
+            if plain is not state["input"]:
+                state = {**state, "input": plain}
         elif gc.is_tracked(state["input"]):
             # parsed JSON needs only the depth check; a flat object (all values scalars, which
             # CPython does not track) is at depth 1

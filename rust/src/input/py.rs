@@ -341,7 +341,10 @@ impl<'py> Source for PySource<'py> {
         let (chars, data, len) = match ascii_text(&s) {
             Some(text) => (text.len(), text.as_ptr(), text.len()),
             None => {
-                let chars = s.len()?;
+                // its characters as CPython keeps them, not a subclass's `__len__`
+                // SAFETY: `s` is a live `str` and the GIL is held
+                let chars = unsafe { ffi::PyUnicode_GetLength(s.as_ptr()) };
+                let chars = usize::try_from(chars).map_err(|_| PyErr::fetch(s.py()))?;
                 let Ok(text) = s.to_str() else {
                     // a lone surrogate in a string not in the compact form (a `str`
                     // subclass): its exact copy is, and waits for the render like the others
