@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncagents.constants as c
+import pytest
 from asyncagents import ForkConfig, ForkStats
 from fork_builders import CLEARED, assistant, block, compaction, framed, text, tool, user
+from pydantic import ValidationError
 
 ADVICE = "If you need complete file contents or detailed results, re-read the files directly."
 
@@ -184,3 +186,27 @@ def test_constants_are_the_config_defaults():
 def test_preamble_advice_is_the_last_line(fork):
     ctx = fork([user("msg_1", text("q"))])
     assert ctx.preamble.splitlines()[-1] == ADVICE
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("error_patterns", ("error", "bad\ud800")),
+        ("head_tail_keywords", ("\udfff",)),
+        ("cleared_marker", "[cleared \ud83d]"),
+    ],
+)
+def test_config_texts_with_a_lone_surrogate_are_refused(field, value):
+    """The patterns, keywords and marker are searched for and written: a lone surrogate
+    there is refused when the config is made, naming the field, for both engines alike."""
+    with pytest.raises(ValidationError) as caught:
+        ForkConfig(**{field: value})
+    (error,) = caught.value.errors()
+    assert error["loc"] == (field,)
+    assert error["msg"] == "Value error, contains a lone surrogate"
+
+
+def test_config_texts_may_be_any_other_unicode():
+    config = ForkConfig(error_patterns=("エラー", "é😀"), head_tail_keywords=("\u0301",))
+    assert config.error_patterns == ("エラー", "é😀")
+    assert config.head_tail_keywords == ("\u0301",)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from . import constants as c
 
@@ -26,6 +26,18 @@ class ForkConfig(BaseModel):
     error_patterns: tuple[str, ...] = c.FORK_ERROR_PATTERNS
     head_tail_keywords: tuple[str, ...] = c.FORK_HEAD_TAIL_KEYWORDS
     cleared_marker: str = c.FORK_CLEARED_MARKER
+
+    @field_validator("error_patterns", "head_tail_keywords", "cleared_marker")
+    @classmethod
+    def _no_lone_surrogates(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        """The texts are searched and written as Unicode: a lone surrogate is none."""
+        for text in (value,) if isinstance(value, str) else value:
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError("contains a lone surrogate") from None
+        return value
 
     @model_validator(mode="after")
     def _ratios_fit(self) -> ForkConfig:
