@@ -210,11 +210,30 @@ def legacy_message(draw: st.DrawFn) -> dict:
 LEGACY_SESSION = st.lists(legacy_message() | message(), min_size=1, max_size=10)
 
 
+# needles for the searches: the empty string (found in every text, as Python's `in` finds
+# it), non-ASCII ones (searched in the strings' own widths), ones that JSON escapes hide
+NEEDLE = st.sampled_from(
+    ["", "e", "rr", "error", "漢", "😀", "e\u0301", "\u0301", '"', "\\", "\n", "/", "[Old"]
+) | st.text(CHARS, min_size=1, max_size=3)
+NEEDLES = st.lists(NEEDLE, max_size=4).map(tuple)
+
+
 @st.composite
 def config(draw: st.DrawFn) -> ForkConfig | None:
     if draw(st.booleans()):
         return None
     budget = draw(st.integers(0, 6_000))
+    texts: dict[str, Any] = {}
+    if draw(st.booleans()):
+        head = draw(st.sampled_from([0.0, 0.1, 1 / 3, 0.5, 0.7, 0.8, 1.0]))
+        tail = draw(st.sampled_from([0.0, 0.2, 0.17, 0.3, 0.5]))
+        texts = {
+            "head_ratio": head,
+            "tail_ratio": min(tail, 1.0 - head),
+            "error_patterns": draw(NEEDLES),
+            "head_tail_keywords": draw(NEEDLES),
+            "cleared_marker": draw(NEEDLE | st.just("[Old tool result content cleared]")),
+        }
     return ForkConfig(
         char_budget=budget,
         char_no_removal=draw(st.integers(0, budget)),
@@ -225,6 +244,7 @@ def config(draw: st.DrawFn) -> ForkConfig | None:
         params_tier1=draw(st.integers(0, 60)),
         params_tier2=draw(st.integers(0, 40)),
         params_tier3=draw(st.integers(0, 20)),
+        **texts,
     )
 
 
