@@ -565,3 +565,75 @@ def test_engines_agree_on_lone_surrogates_in_walked_objects(msgs, cfg, wide_need
     if wide_needles:
         cfg = (cfg or ForkConfig()).model_copy(update={"error_patterns": ("漢", "error")})
     assert outcome(msgs, cfg, "rust") == outcome(msgs, cfg, "python")
+
+
+# --- junk anywhere in walked objects --------------------------------------------------------
+# A caller's objects can hold anything anywhere: both engines must give the same context or
+# the same first fault (never another exception), and a subclass must read as its base type.
+
+
+class _Weird:
+    """Not JSON at all."""
+
+
+class _SubDict(dict):
+    pass
+
+
+class _SubList(list):
+    pass
+
+
+class _SubStr(str):
+    pass
+
+
+JUNK = st.one_of(
+    JSON_SCALAR,
+    st.sampled_from([float("nan"), float("inf"), 10**40, b"bytes", (1, "t"), _Weird(), {1: 2}]),
+    st.sampled_from(["text", "tool", "tool_result", "compaction", "step-start"]).map(
+        lambda kind: {"type": kind}
+    ),
+    st.builds(lambda text: _SubStr(text), TEXT),
+    st.builds(lambda: _SubDict(type="text", text="sub")),
+    st.builds(lambda: _SubList([{"type": "text", "text": "x"}])),
+    st.integers(1, 80).map(lambda depth: _nested(depth)),
+)
+
+
+def _nested(depth: int) -> list[Any]:
+    """A list nested `depth` levels."""
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _slots(value: Any, found: list[tuple[Any, Any]]) -> None:
+    """Every (container, key) below `value`, in walk order."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in list(items):
+        found.append((value, key))
+        if isinstance(item, dict | list):
+            _slots(item, found)
+
+
+@st.composite
+def junk_session(draw: st.DrawFn) -> list[Any]:
+    plain = st.lists(message() | legacy_message(), min_size=1, max_size=8)
+    msgs: list[Any] = copy.deepcopy(draw(plain | session_with_compactions()))
+    for _ in range(draw(st.integers(1, 3))):
+        slots: list[tuple[Any, Any]] = []
+        _slots(msgs, slots)
+        container, key = draw(st.sampled_from(slots))
+        if isinstance(container, dict) and draw(st.booleans()):
+            del container[key]
+        else:
+            container[key] = draw(JUNK)
+    return msgs
+
+
+@settings(SETTINGS, max_examples=150)
+@given(junk_session(), config())
+def test_engines_agree_on_junk_anywhere_in_walked_objects(msgs, cfg):
+    assert outcome(msgs, cfg, "rust") == outcome(msgs, cfg, "python")
