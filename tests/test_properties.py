@@ -519,14 +519,13 @@ LONG_WIDE = st.builds(
 )
 
 
-def _strings(value: Any, found: list[tuple[Any, Any]]) -> None:
-    """Every (container, key) holding a str in `value`, in walk order."""
+def _slots(value: Any, found: list[tuple[Any, Any]]) -> None:
+    """Every (container, key) below `value`, in walk order."""
     items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in items:
-        if isinstance(item, str):
-            found.append((value, key))
-        elif isinstance(item, dict | list):
-            _strings(item, found)
+    for key, item in list(items):
+        found.append((value, key))
+        if isinstance(item, dict | list):
+            _slots(item, found)
 
 
 @st.composite
@@ -534,8 +533,9 @@ def poisoned_session(draw: st.DrawFn) -> list[dict]:
     # a copy: the strategies share some of the objects they give (`st.just`, `sampled_from`)
     plain = st.lists(message() | legacy_message(), min_size=1, max_size=8)
     msgs = copy.deepcopy(draw(plain | session_with_compactions()))
-    slots: list[tuple[Any, Any]] = []
-    _strings(msgs, slots)
+    every: list[tuple[Any, Any]] = []
+    _slots(msgs, every)
+    slots = [(container, key) for container, key in every if isinstance(container[key], str)]
     # mostly the long strings a render searches (results) or writes (texts)
     texts = [slot for slot in slots if slot[1] in ("text", "output", "error")]
     results = [slot for slot in texts if slot[1] != "text" or "type" not in slot[0]]
@@ -607,15 +607,6 @@ def _nested(depth: int) -> list[Any]:
     for _ in range(depth):
         value = [value]
     return value
-
-
-def _slots(value: Any, found: list[tuple[Any, Any]]) -> None:
-    """Every (container, key) below `value`, in walk order."""
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in list(items):
-        found.append((value, key))
-        if isinstance(item, dict | list):
-            _slots(item, found)
 
 
 @st.composite
