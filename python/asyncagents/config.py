@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from . import constants as c
+from .plain import surrogate_free
 
 
 class ForkConfig(BaseModel):
@@ -31,12 +32,9 @@ class ForkConfig(BaseModel):
     @classmethod
     def _no_lone_surrogates(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
         """The texts are searched and written as Unicode: a lone surrogate is none."""
-        for text in (value,) if isinstance(value, str) else value:
-            if not text.isascii():
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise ValueError("contains a lone surrogate") from None
+        texts = (value,) if isinstance(value, str) else value
+        if not all(map(surrogate_free, texts)):
+            raise ValueError("contains a lone surrogate")
         return value
 
     @model_validator(mode="after")

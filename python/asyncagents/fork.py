@@ -12,6 +12,7 @@ from .compaction import CompactionSlice, CompactionView, slice_at_compaction
 from .config import DEFAULT_CONFIG, ForkConfig
 from .errors import ForkInputError
 from .models import Message
+from .plain import plain_dict, plain_seq
 from .preamble import build_preamble
 from .stats import ForkStats
 
@@ -92,15 +93,12 @@ def _without_models(document: Any) -> list[Any] | dict[str, Any] | None:
     None when it holds no model. Containers are read by their contents, as the Rust walk
     reads them, never through methods a subclass overrides."""
     if isinstance(document, dict):
-        items = dict.get(document, "messages")
-        dumped = _without_models(items) if isinstance(items, list | tuple) else None
-        return None if dumped is None else {**dict(dict.items(document)), "messages": dumped}
-    if isinstance(document, list):
-        items = list(list.__iter__(document))
-    elif isinstance(document, tuple):
-        items = list(tuple.__iter__(document))
-    else:
+        messages = dict.get(document, "messages")
+        dumped = _without_models(messages) if isinstance(messages, list | tuple) else None
+        return None if dumped is None else {**plain_dict(document), "messages": dumped}
+    if not isinstance(document, list | tuple):
         return None
+    items = plain_seq(document)
     if not any(isinstance(item, Message) for item in items):
         return None
     return [_dump(item) if isinstance(item, Message) else item for item in items]

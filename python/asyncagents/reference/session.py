@@ -23,6 +23,7 @@ from typing import Any
 
 from ..compaction import CompactionView
 from ..errors import ForkInputError
+from ..plain import plain_dict, plain_seq, surrogate_free
 
 #: Containers nested deeper than this in a JSON document are rejected.
 MAX_DOCUMENT_DEPTH = 128
@@ -32,22 +33,6 @@ MAX_INPUT_DEPTH = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _TOP_LEVEL = 'expected an array of messages or an export object with a "messages" array'
-
-# Containers and strings are read by their contents, as CPython's own lookups read them (and
-# the Rust engine with them): a subclass of dict, list, tuple or str is read through the
-# base type's methods or copied into the base type, never through methods it overrides.
-
-
-def _plain_dict(value: dict[str, Any]) -> dict[str, Any]:
-    """`value`, or for a dict subclass a plain dict of the entries it holds."""
-    return value if type(value) is dict else dict(dict.items(value))
-
-
-def _plain_seq(value: list[Any] | tuple[Any, ...]) -> Sequence[Any]:
-    """`value`, or for a list or tuple subclass a plain list of the items it holds."""
-    if type(value) is list or type(value) is tuple or type(value) is ParsedMessages:
-        return value
-    return list(list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value))
 
 
 @dataclass(slots=True, eq=False)
@@ -185,31 +170,22 @@ def _has_surrogate(value: Any) -> bool:
 
 def message_list(document: Any) -> Sequence[Any]:
     """The messages of a `GET /session/{id}/message` list or an `opencode export` document."""
+    if type(document) is ParsedMessages:  # a plain list: its strings are checked already
+        return document
     if isinstance(document, list | tuple):
-        return _plain_seq(document)
+        return plain_seq(document)
     if isinstance(document, dict):
         messages = dict.get(document, "messages")
+        if type(messages) is ParsedMessages:
+            return messages
         if isinstance(messages, list | tuple):
-            return _plain_seq(messages)
+            return plain_seq(messages)
     raise ForkInputError("messages", _TOP_LEVEL)
 
 
 # --- field checks ---------------------------------------------------------------------------
 # Each raises _Invalid with the field's path below its message (`where` + key), built only on
 # failure: the paths of well-formed input are never formatted.
-
-
-def surrogate_free(text: str) -> bool:
-    """No lone surrogate in `text`. ASCII is O(1); otherwise the UTF-32 codec, which refuses
-    surrogates, is the fastest C-level scan: about 1 ns a character whatever the text (UTF-8
-    takes three times that on CJK; a regex character class is slower still)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-32-le")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _text(obj: dict[str, Any], key: str, where: str) -> str | None:
@@ -236,7 +212,7 @@ def _object(obj: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
     if value is None or type(value) is dict:
         return value
     if isinstance(value, dict):
-        return _plain_dict(value)
+        return plain_dict(value)
     raise _Invalid(f"{where}.{key}", "expected an object")
 
 
@@ -291,7 +267,7 @@ def check_json_value(value: Any, where: str, level: int = 0) -> bool:
         if level >= MAX_INPUT_DEPTH:
             raise _Invalid(where, f"nested deeper than {MAX_INPUT_DEPTH} levels")
         subclassed = type(value) is not list and type(value) is not tuple
-        for item in _plain_seq(value):
+        for item in plain_seq(value):
             subclassed |= _check_scalar_or_descend(item, where, level)
         return subclassed
     return _check_scalar_or_descend(value, where, level - 1)
@@ -320,7 +296,7 @@ def _plain_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {str.__str__(key): _plain_json(item) for key, item in dict.items(value)}
     if isinstance(value, list | tuple):
-        items = [_plain_json(item) for item in _plain_seq(value)]
+        items = [_plain_json(item) for item in plain_seq(value)]
         return tuple(items) if isinstance(value, tuple) else items
     if isinstance(value, str):
         return str.__str__(value)
@@ -471,14 +447,14 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
     if type(raw) is not dict:
         if not isinstance(raw, dict):
             raise _Invalid("", "expected an object")
-        raw = _plain_dict(raw)
+        raw = plain_dict(raw)
     info = raw.get("info")
     if type(info) is not dict:
         if info is None:
             raise _Invalid(".info", "missing")
         if not isinstance(info, dict):
             raise _Invalid(".info", "expected an object")
-        info = _plain_dict(info)
+        info = plain_dict(info)
     role = info.get("role")
     if role is not None and not (type(role) is str and (parsed or role.isascii())):
         role = _string(info, "role", ".info")
@@ -492,7 +468,7 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
     if type(parts) is not list:
         if not isinstance(parts, list | tuple):
             raise _Invalid(".parts", "missing" if parts is None else "expected an array")
-        parts = _plain_seq(parts)
+        parts = plain_seq(parts)
     summary = role == "assistant" and info.get("summary") is True
     user = role == "user"
     if not body:
@@ -511,7 +487,7 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
                 if type(part) is dict:
                     kind = part.get("type")
                 else:
-                    part = _plain_dict(part) if isinstance(part, dict) else part
+                    part = plain_dict(part) if isinstance(part, dict) else part
                     kind = None
                 if not (type(kind) is str and (parsed or kind.isascii())):
                     kind = _part_type(part, parsed)
@@ -566,20 +542,20 @@ def _tail_ids(parts: Sequence[Any], parsed: bool) -> list[str | None]:
     checked to be an object with a string `type` (the rest of a user message's head)."""
     tail_ids: list[str | None] = []
     for j, part in enumerate(parts):
+        part = plain_dict(part) if isinstance(part, dict) else part
         try:
             if _part_type(part, parsed) == "compaction":
-                tail_ids.append(_string(_plain_dict(part), "tail_start_id", ""))
+                tail_ids.append(_string(part, "tail_start_id", ""))
         except _Invalid as bad:
             raise _Invalid(f".parts[{j}]{bad.where}", bad.detail) from None
     return tail_ids
 
 
 def _part_type(part: Any, parsed: bool) -> str:
-    """A part's `type`, once the part is checked to be an object and its type a string."""
+    """A part's `type`, once the part (a plain dict, see `plain_dict`, or anything else) is
+    checked to be an object and its type a string."""
     if type(part) is not dict:
-        if not isinstance(part, dict):
-            raise _Invalid("", "expected an object")
-        part = _plain_dict(part)
+        raise _Invalid("", "expected an object")
     kind = part.get("type")
     if type(kind) is str and (parsed or kind.isascii()):
         return kind
