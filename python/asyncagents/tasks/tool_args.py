@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
+from ..plain import surrogate_free
 from .models import TaskStatus
 
 #: the one default wait of asyncagents_output(block=true), in code and in its description
@@ -40,10 +41,8 @@ def _text(value: Any) -> str:
         raise _problem("must be a string")
     if len(value) > MAX_TEXT_CHARS:
         raise _problem(f"is longer than {MAX_TEXT_CHARS} characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _problem("must be valid Unicode text (it holds a lone surrogate)") from None
+    if not surrogate_free(value):
+        raise _problem("must be valid Unicode text (it holds a lone surrogate)")
     return value
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..plain import surrogate_free
 from .conversation import read_conversation
 from .errors import TaskError
 from .models import OutputResult, Task, TaskStatus, now_ms
@@ -251,13 +252,7 @@ BAD_SESSION = "Error: the calling session's id must be non-empty Unicode text."
 
 
 def _is_text(value: object) -> bool:
-    if not isinstance(value, str) or not value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return isinstance(value, str) and bool(value) and surrogate_free(value)
 
 
 def _valid_unicode(text: str) -> str:
