@@ -594,7 +594,7 @@ JUNK = st.one_of(
     st.sampled_from(["text", "tool", "tool_result", "compaction", "step-start"]).map(
         lambda kind: {"type": kind}
     ),
-    st.builds(lambda text: _SubStr(text), TEXT),
+    TEXT.map(_SubStr),
     st.builds(lambda: _SubDict(type="text", text="sub")),
     st.builds(lambda: _SubList([{"type": "text", "text": "x"}])),
     st.integers(1, 80).map(lambda depth: _nested(depth)),
