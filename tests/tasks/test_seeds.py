@@ -121,8 +121,13 @@ async def test_listeners_see_every_stored_change(
 
     manager.add_listener(broken)
     manager.add_listener(listener)
-    task = await manager.task(parent, "[tool] first", "explore", "watched")
+    task = await manager.task(parent, "[tool][hold] first", "explore", "watched")
+    # the tool call's event is seen while the turn runs: once it has ended (a check may
+    # prove that from the messages before the event stream is read), there is no run to show
+    await until(lambda: len(seen) == 3)
+    script.release.set()
     await manager.output(task.id, block=True, timeout=5)
+    script.release.clear()
     await manager.task(parent, "[hold] again", resume=task.id)
     await until(lambda: len(script.seen) == 2)
     await manager.cancel(task.id)
