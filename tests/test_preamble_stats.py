@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncagents.constants as c
 import pytest
-from asyncagents import ForkConfig, ForkStats
+from asyncagents import ForkConfig, ForkStats, build_fork_context
 from fork_builders import CLEARED, assistant, block, compaction, framed, text, tool, user
 from pydantic import ValidationError
 
@@ -210,3 +210,55 @@ def test_config_texts_may_be_any_other_unicode():
     config = ForkConfig(error_patterns=("エラー", "é😀"), head_tail_keywords=("\u0301",))
     assert config.error_patterns == ("エラー", "é😀")
     assert config.head_tail_keywords == ("\u0301",)
+
+
+LONE = "contains a lone surrogate"
+INVALID_UPDATES = [
+    ({"char_budget": -1}, ("char_budget",), "Input should be greater than or equal to 0"),
+    ({"head_ratio": 2.0}, ("head_ratio",), "Input should be less than or equal to 1"),
+    ({"tail_ratio": 0.9}, (), "Value error, head_ratio + tail_ratio must not exceed 1"),
+    ({"error_patterns": ("\ud800",)}, ("error_patterns",), f"Value error, {LONE}"),
+    ({"cleared_marker": None}, ("cleared_marker",), "Input should be a valid string"),
+    ({"budget": 5}, ("budget",), "Extra inputs are not permitted"),
+]
+
+
+@pytest.mark.parametrize(("update", "loc", "msg"), INVALID_UPDATES)
+def test_a_copy_with_an_update_is_validated(update, loc, msg):
+    """pydantic's `model_copy(update=…)` skips validation; the config's own does not."""
+    with pytest.raises(ValidationError) as caught:
+        ForkConfig().model_copy(update=update)
+    (error,) = caught.value.errors()
+    assert (error["loc"], error["msg"]) == (loc, msg)
+
+
+@pytest.mark.parametrize(("update", "loc", "msg"), INVALID_UPDATES[:-1])
+def test_a_config_that_skipped_validation_is_validated_by_the_fork(fork, update, loc, msg):
+    """`model_construct` takes any value of a field (an unknown key it drops); both engines
+    refuse such a config alike, naming the field, before reading a message."""
+    config = ForkConfig.model_construct(**update)
+    with pytest.raises(ValidationError) as caught:
+        fork([user("msg_1", text("q"))], config)
+    (error,) = caught.value.errors()
+    assert (error["loc"], error["msg"]) == (loc, msg)
+
+
+def test_configs_made_any_way_with_the_same_values_fork_alike(fork):
+    messages = [user("msg_1", text("q" * 50)), assistant("msg_2", tool("bash", output="x" * 900))]
+    made = ForkConfig(tier1_count=0, tier2_limit=300)
+    copied = ForkConfig().model_copy(update={"tier1_count": 0, "tier2_limit": 300})
+    constructed = ForkConfig.model_construct(tier1_count=0, tier2_limit=300)
+    assert copied == made
+    assert constructed.checked() == made
+    assert made.checked() is made and copied.checked() is copied
+    expected = fork(messages, made)
+    assert expected.stats.truncated_results == 1
+    assert fork(messages, copied) == expected
+    assert fork(messages, constructed) == expected
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_a_config_that_is_not_a_fork_config_is_a_type_error(engine):
+    with pytest.raises(TypeError) as caught:
+        build_fork_context([user("msg_1", text("q"))], {"char_budget": 5}, engine=engine)  # type: ignore[arg-type]
+    assert str(caught.value) == "config must be a ForkConfig, not dict"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from . import constants as c
 from .plain import surrogate_free
@@ -28,6 +31,9 @@ class ForkConfig(BaseModel):
     head_tail_keywords: tuple[str, ...] = c.FORK_HEAD_TAIL_KEYWORDS
     cleared_marker: str = c.FORK_CLEARED_MARKER
 
+    #: set by validation only, so that `checked` knows a `model_construct` result
+    _validated: bool = PrivateAttr(default=False)
+
     @field_validator("error_patterns", "head_tail_keywords", "cleared_marker")
     @classmethod
     def _no_lone_surrogates(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
@@ -41,7 +47,20 @@ class ForkConfig(BaseModel):
     def _ratios_fit(self) -> ForkConfig:
         if self.head_ratio + self.tail_ratio > 1.0:
             raise ValueError("head_ratio + tail_ratio must not exceed 1")
+        self._validated = True
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with `update`, validated as a new config is (pydantic's copy skips that)."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self).model_validate({**dict(self), **update})
+
+    def checked(self) -> Self:
+        """This config, validated: one that skipped validation (`model_construct`) is checked
+        now, so that both engines get only configs they agree on, or a `ValidationError`."""
+        private = self.__pydantic_private__  # the slot itself: `self._validated` is slow
+        return self if private and private["_validated"] else type(self).model_validate(dict(self))
 
     def result_limit(self, tier: int) -> int | None:
         """Character limit of a tool result in `tier` (1, 2, 3); None means no limit."""

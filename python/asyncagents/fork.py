@@ -43,9 +43,16 @@ def build_fork_context(
     `messages` is the JSON of ``GET /session/{id}/message`` or an ``opencode export`` document,
     as ``bytes`` or ``str``, or the parsed list of message dicts, or a list of `Message`.
     ``engine="rust"`` runs the Rust core; ``engine="python"`` the pure-Python reference, which
-    gives the same answer. Raises `ForkInputError` (a ``ValueError``) naming the bad field.
+    gives the same answer. Raises `ForkInputError` (a ``ValueError``) naming the bad field of
+    `messages`; a `config` that skipped validation (``ForkConfig.model_construct``) is validated
+    first (pydantic's ``ValidationError`` names its field).
     """
-    config = DEFAULT_CONFIG if config is None else config
+    if config is None:
+        config = DEFAULT_CONFIG
+    elif isinstance(config, ForkConfig):
+        config = config.checked()
+    else:
+        raise TypeError(f"config must be a ForkConfig, not {type(config).__name__}")
     if engine == "rust":
         original_count, sliced, counts = _run_rust(messages, config)
     elif engine == "python":
