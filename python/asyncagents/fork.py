@@ -90,9 +90,8 @@ def _objects(messages: MessagesInput) -> Sequence[Any]:
     items = message_list(messages)
     if _PLAIN.issuperset(map(type, items)):
         return items
-    if any(isinstance(item, Message) for item in items):
-        return [_dump(item) if isinstance(item, Message) else item for item in items]
-    return items
+    dumped = _models_dumped(items)
+    return items if dumped is None else dumped
 
 
 def _without_models(document: Any) -> list[Any] | dict[str, Any] | None:
@@ -105,7 +104,11 @@ def _without_models(document: Any) -> list[Any] | dict[str, Any] | None:
         return None if dumped is None else {**plain_dict(document), "messages": dumped}
     if not isinstance(document, list | tuple):
         return None
-    items = plain_seq(document)
+    return _models_dumped(plain_seq(document))
+
+
+def _models_dumped(items: Sequence[Any]) -> list[Any] | None:
+    """`items` with each `Message` model dumped to a dict; None when it holds no model."""
     if not any(isinstance(item, Message) for item in items):
         return None
     return [_dump(item) if isinstance(item, Message) else item for item in items]

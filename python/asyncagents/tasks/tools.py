@@ -257,11 +257,9 @@ def _is_text(value: object) -> bool:
 
 def _valid_unicode(text: str) -> str:
     """`text` with any lone surrogate replaced (the answer must encode as UTF-8)."""
-    try:
-        text.encode("utf-8")
+    if surrogate_free(text):
         return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> str:
