@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from asyncagents.tasks import OpenCodeBackend, PromptRequest
-from e2e_support import AGENT, OpenCodeServer, free_port
+from e2e_support import AGENT, OpenCodeServer, free_port, until
 from fake_model import CALL_TAG
 from parent_notices import texts
 from subprocess_env import python_path
@@ -162,6 +162,20 @@ async def tool_outputs(oc: OpenCodeBackend, session_id: str, tool: str) -> list[
         for p in parts
         if p["state"]["status"] in ("completed", "error")
     ]
+
+
+async def next_tool_output(oc: OpenCodeBackend, session_id: str, tool: str, seen: int) -> str:
+    """The output of the call of `tool` after the first `seen`, once it has finished. A prompt
+    sent while a notice's turn runs in the session can return with that turn, before its own
+    call shows, so the last output at that moment may still be an older call's."""
+    found: list[str] = []
+
+    async def more() -> bool:
+        found[:] = await tool_outputs(oc, session_id, tool)
+        return len(found) > seen
+
+    await until(more, 60, f"call {seen + 1} of {tool} to finish")
+    return found[seen]
 
 
 async def notices_of(oc: OpenCodeBackend, session_id: str) -> list[tuple[str, str]]:

@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 from asyncagents.tasks import OpenCodeBackend
 from e2e_support import AGENT, until
-from plugin_support import ServiceProcess, call, new_parent, say_to, started_task_id, tool_outputs
+from plugin_support import (
+    ServiceProcess,
+    call,
+    new_parent,
+    next_tool_output,
+    say_to,
+    started_task_id,
+    tool_outputs,
+)
 from test_opencode_plugin import (  # noqa: F401  (the same module fixtures, a server of our own)
     oc,
     plugin_opencode,
@@ -74,7 +82,7 @@ async def test_toasts_when_a_task_completes_and_when_one_is_cancelled(
             {"prompt": "[fake:slow] take your time", "agent": AGENT, "description": "slow"},
         ),
     )
-    slow = started_task_id((await tool_outputs(oc, parent, "asyncagents_task"))[-1])
+    slow = started_task_id(await next_tool_output(oc, parent, "asyncagents_task", 1))
     await say_to(oc, parent, call("asyncagents_cancel", {"task_id": slow}))
     await until(lambda: toast_for(slow) is not None, 60, "a toast for the cancelled task")
     assert toast_for(slow) == {
