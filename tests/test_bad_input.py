@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from asyncagents import ForkConfig, ForkInputError, _core, build_fork_context
-from fork_builders import assistant, block, compaction, framed, tool, user
+from fork_builders import T0, assistant, block, compaction, framed, tool, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -519,10 +519,10 @@ def test_a_wrong_type_anywhere_beats_a_lone_surrogate_in_a_long_text(engine, wid
     check([{"info": {}, "parts": [part]}], engine, "messages[0].parts[0].state.output", LONE)
 
 
-# Long texts (texts, outputs, errors) of walked objects are checked for lone surrogates only in the
-# messages the context shows, in context order (docs/pipeline-contract.md). The Rust engine learns
-# the verdicts of the strings its searches narrow in that same pass, and scans the others after.
-# Whichever way a string is checked, the first fault of the shown messages is the one reported.
+# Long texts (texts, outputs, errors) of walked objects are checked for lone surrogates only as far
+# as the context writes them: the messages it shows, in context order, a text whole and a result
+# as its tier cut it (docs/pipeline-contract.md). The searches for the marker and the error words
+# do not decide it: a fault is reported wherever a search stopped.
 
 CLEARED = "[Old tool result content cleared]"
 #: characters the render narrows at a time (`NARROW_BLOCK` in rust/src/tiers.rs)
@@ -758,6 +758,65 @@ def test_lone_surrogate_in_the_one_message_the_hard_cap_cuts(engine):
         with pytest.raises(ForkInputError) as info:
             build_fork_context([_text("fine" + "\udfff"), _text(value)], config, engine=engine)
         assert (info.value.path, info.value.detail) == (TEXT.format(1), LONE)
+
+
+#: one result past tier 1 (cut to 3,000 characters) needs five newer ones
+_NEWER = [_output("fine") for _ in range(5)]
+
+
+def _cut_away(value: str, name: str = "read") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A session whose oldest output is `value` (cut by tier 2), and the same with every lone
+    surrogate of `value` replaced by another wide character of one code point."""
+    clean = value.translate({code: "漢" for code in range(0xD800, 0xE000)})
+    return [_output(value, name), *_NEWER], [_output(clean, name), *_NEWER]
+
+
+@pytest.mark.parametrize("wide", ["\u0100", "漢", "😀"])
+def test_lone_surrogate_where_a_cut_drops_it_is_never_read(engine, wide):
+    """Only what the context writes of a long text is read for lone surrogates: the head of a
+    head-only cut, the head and tail of a head+tail cut."""
+    for value, name in (
+        (wide * 3_000 + "\ud800" + wide * 2_000, "read"),  # past the head-only cut at 3,000
+        (wide * 2_400 + "\udfff" + wide * 2_000, "bash"),  # between head 2,400 and tail 600
+        ("error " + wide * 2_394 + "\udc00" + wide * 5_000, "read"),  # an error word: head+tail
+    ):
+        poisoned, clean = _cut_away(value, name)
+        forked = build_fork_context(poisoned, engine=engine)
+        assert forked.stats.truncated_results == 1
+        assert forked.text == build_fork_context(clean, engine=engine).text
+    # written: the head's last character, the tail's first, and anywhere in a tier-1 output
+    for value, name in (
+        (wide * 2_999 + "\ud800" + wide * 2_000, "read"),
+        (wide * 2_401 + "\udfff" + wide * 599, "bash"),
+        ("error " + wide * 2_393 + "\udc00" + wide * 5_000, "read"),
+    ):
+        check(_cut_away(value, name)[0], engine, OUTPUT.format(0), LONE)
+    check([_output(wide * 5_000 + "\ud800")], engine, OUTPUT.format(0), LONE)
+
+
+def test_lone_surrogate_in_a_text_no_context_writes_is_never_read(engine):
+    # a pruned output (the cleared marker is written instead) and an ignored text
+    pruned = {
+        "info": {"role": "assistant"},
+        "parts": [tool("read", {}, output="漢" * 10 + "\ud800", compacted=T0)],
+    }
+    ignored = {
+        "info": {"role": "user"},
+        "parts": [
+            {"type": "text", "text": "漢\udfff", "ignored": True},
+            {"type": "text", "text": "x"},
+        ],
+    }
+    forked = build_fork_context([pruned, ignored], engine=engine)
+    assert forked.context == framed(
+        block("Agent", "[Tool: read] {}", "[Tool result]\n" + CLEARED), block("User", "x")
+    )
+    assert forked.stats.compacted_results == 1
+    # the same texts written: found
+    del pruned["parts"][0]["state"]["time"]["compacted"]
+    check([pruned, ignored], engine, OUTPUT.format(0), LONE)
+    del ignored["parts"][0]["ignored"]
+    check([_text("fine"), ignored], engine, TEXT.format(1), LONE)
 
 
 def test_lone_surrogate_with_needles_that_are_not_ascii(engine):

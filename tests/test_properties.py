@@ -502,12 +502,12 @@ def test_engines_agree_on_compacted_sessions(msgs, cfg):
 
 
 # --- lone surrogates in walked objects ---------------------------------------------------------
-# A long text's lone surrogate is refused only in the messages the context shows; short strings
-# and parameters are checked in every message. The Rust engine learns some verdicts in the pass
-# of its narrowed searches (cut at 32 Ki characters a block) and scans the rest after the budget
-# has chosen; the reference checks the shown messages' texts then. Either way the same first
-# fault must come out, or the same context: with compactions and small budgets, many poisoned
-# messages are dropped.
+# A long text's lone surrogate is refused only where the context writes it (the messages it
+# shows, a result as its tier cut it); short strings and parameters are checked in every
+# message. The Rust engine probes the bodies of the shown messages as its writer would write
+# them, the reference checks the texts it wrote: the same first fault must come out, or the
+# same context. With compactions, small budgets and long outputs that tiers cut, many poisoned
+# messages and many poisoned middles of outputs are never written.
 
 SURROGATE = st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff"])
 LONG_WIDE = st.builds(

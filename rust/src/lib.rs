@@ -22,6 +22,7 @@ mod params;
 mod pipeline;
 mod pystr;
 mod session;
+mod surrogates;
 mod text;
 mod tiers;
 mod transcript;
@@ -39,7 +40,7 @@ use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
 use crate::input::{
     borrowed::read_borrowed, json::JsonReader, py::PySource, py::Seq, read_messages,
 };
-use crate::session::{Message, Part, Session, Short, Source, SurrogateCheck};
+use crate::session::{Message, Part, Session, Short, Source};
 use crate::utf8::Utf8Bytes;
 
 /// A parsed session, ready to render: every message's head is checked (what stage 1 reads);
@@ -120,7 +121,7 @@ impl ParsedSession {
             }
         };
         let out = py.detach(|| {
-            pipeline::check_shown(session, &kept, &planned, &measured)?;
+            pipeline::check_shown(session, &kept, &planned, &measured, &config)?;
             Ok::<_, InputError>(pipeline::write(session, &planned, &measured, &config))
         })?;
         Ok(RenderResult {
@@ -169,7 +170,7 @@ fn objects_session(src: PySource<'_>, messages: Vec<Message>, parts: Vec<Part>) 
             owned: src.arena,
             strings: src.strings,
             wide: src.wide,
-            surrogates: SurrogateCheck::new(src.unchecked),
+            unchecked: src.unchecked,
             inputs: src.inputs,
         },
         messages,
@@ -250,7 +251,7 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
 
 /// Check and read a list of message dicts (or an export document), walking the Python objects
 /// directly. Long non-ASCII strings (texts, outputs, errors) are checked for lone surrogates by
-/// the renders, for the messages their contexts show (see `SurrogateCheck`).
+/// the renders, as far as their contexts write them (`surrogates.rs`).
 #[pyfunction(name = "from_objects")]
 fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
     let py = messages.py();

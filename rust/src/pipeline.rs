@@ -12,7 +12,8 @@ use crate::output::{Context, Output, Piece};
 #[cfg(test)]
 use crate::params::NoObjects;
 use crate::params::{DumpInput, Params};
-use crate::session::{Message, Session, Verdicts};
+use crate::session::{Message, Session};
+use crate::surrogates::check_written;
 use crate::text::{count_chars, cut_head_tail, head_tail_sizes};
 use crate::tiers::{plan_results, Counts, ResultPlan};
 use crate::transcript::{body, head, head_len, result_count, Count, Write};
@@ -34,13 +35,11 @@ pub struct Planned<'s> {
     /// every result of `messages`, in order
     plans: Vec<ResultPlan>,
     counts: Counts,
-    /// what the searches learned of walked strings' lone surrogates (`SurrogateCheck`)
-    verdicts: Verdicts,
 }
 
 /// Stage 2: the kept messages and their result plans.
 pub fn plan<'s>(session: &'s Session, kept: &[usize], config: &Config) -> Planned<'s> {
-    let (plans, counts, verdicts) = plan_results(session, kept, config);
+    let (plans, counts) = plan_results(session, kept, config);
     let messages = kept
         .iter()
         .filter_map(|&m| session.messages.get(m))
@@ -49,25 +48,29 @@ pub fn plan<'s>(session: &'s Session, kept: &[usize], config: &Config) -> Planne
         messages,
         plans,
         counts,
-        verdicts,
     }
 }
 
-/// For walked objects, the lone surrogate check of the messages the context shows (the
-/// survivors of `kept`, in context order), before anything is written: only they are written,
-/// so the strings of the others are never read for it (`SurrogateCheck`).
+/// For walked objects, the lone surrogate check of what the context writes (the bodies of the
+/// survivors of `kept`, in context order; the one a hard cap cuts as it was before the cut),
+/// before anything is written (`surrogates.rs`).
 pub fn check_shown(
     session: &Session,
     kept: &[usize],
     planned: &Planned<'_>,
     measured: &Measured,
+    config: &Config,
 ) -> Result<(), InputError> {
-    let first = match measured.fit {
-        Fit::From(first) => first,
-        Fit::HardCap { .. } => kept.len().saturating_sub(1),
+    let shown = match measured.fit {
+        Fit::From(first) => planned.messages.len().saturating_sub(first),
+        Fit::HardCap { .. } => 1,
     };
-    let shown = kept.get(first..).unwrap_or(&[]);
-    session.check_surrogates(&planned.verdicts, shown.iter().copied())
+    let last = kept.len().saturating_sub(1);
+    let bodies = (0..shown).rev().filter_map(|k| {
+        let (message, results) = survivor(planned, measured, k)?;
+        Some((*kept.get(last.checked_sub(k)?)?, message, results))
+    });
+    check_written(session, bodies, config)
 }
 
 /// Which messages survive, from their sizes (measured from the newest only as far as needed).
@@ -136,7 +139,26 @@ fn must_remove(size: usize, config: &Config) -> bool {
     size > config.char_no_removal && size > config.char_budget
 }
 
-/// The body of the `k`-th newest of the planned messages (every survivor was measured).
+/// The `k`-th newest of the planned messages and its results (every survivor was measured).
+fn survivor<'p>(
+    planned: &'p Planned<'_>,
+    measured: &'p Measured,
+    k: usize,
+) -> Option<(&'p Message, &'p [ResultPlan])> {
+    let message = planned
+        .messages
+        .len()
+        .checked_sub(k + 1)
+        .and_then(|at| planned.messages.get(at))?;
+    let results = measured
+        .results
+        .get(k)
+        .and_then(|range| planned.plans.get(range.clone()))
+        .unwrap_or(&[]);
+    Some((message, results))
+}
+
+/// The body of the `k`-th newest of the planned messages.
 fn write_body<'s>(
     session: &'s Session,
     planned: &Planned<'_>,
@@ -145,19 +167,9 @@ fn write_body<'s>(
     k: usize,
     out: &mut impl Output<'s>,
 ) {
-    let Some(message) = planned
-        .messages
-        .len()
-        .checked_sub(k + 1)
-        .and_then(|at| planned.messages.get(at))
-    else {
+    let Some((message, results)) = survivor(planned, measured, k) else {
         return;
     };
-    let results = measured
-        .results
-        .get(k)
-        .and_then(|range| planned.plans.get(range.clone()))
-        .unwrap_or(&[]);
     let mut out = Write {
         out,
         params: &measured.params,
@@ -245,7 +257,7 @@ pub fn run<'s>(
 ) -> Result<Rendered<'s>, Failure> {
     let planned = plan(session, kept, config);
     let measured = measure(session, &planned, config, &mut NoObjects)?;
-    check_shown(session, kept, &planned, &measured)?;
+    check_shown(session, kept, &planned, &measured, config)?;
     Ok(write(session, &planned, &measured, config))
 }
 
@@ -254,7 +266,7 @@ mod tests {
     use super::*;
     use crate::input::json::JsonReader;
     use crate::json::scan::scan;
-    use crate::session::{Message, Part, Shorts, Source, Span, SpanKind, SurrogateCheck};
+    use crate::session::{Message, Part, Shorts, Source, Span, SpanKind};
 
     fn session(texts: &[&str]) -> Session {
         let mut arena = String::new();
@@ -277,7 +289,7 @@ mod tests {
                 owned: arena,
                 strings: Vec::new(),
                 wide: Vec::new(),
-                surrogates: SurrogateCheck::default(),
+                unchecked: Vec::new(),
                 inputs: Vec::new(),
             },
             messages,
@@ -296,7 +308,7 @@ mod tests {
                 owned: doc.to_owned(),
                 strings: Vec::new(),
                 wide: Vec::new(),
-                surrogates: SurrogateCheck::default(),
+                unchecked: Vec::new(),
                 inputs: Vec::new(),
             },
             messages: reader.messages,

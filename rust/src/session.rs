@@ -3,13 +3,11 @@
 //! alive and never copied, or the caller's Python strings themselves, kept alive: ASCII ones
 //! borrowed as UTF-8, the others in their own layout (`WideStr`), plus a small arena.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyString;
 use pyo3::{Py, PyAny};
 
-use crate::errors::{InputError, Loc, LONE_SURROGATE};
+use crate::errors::Loc;
 use crate::units::Units;
 use crate::utf8::Utf8Bytes;
 
@@ -27,92 +25,21 @@ pub enum Source {
         strings: Vec<KeptStr>,
         /// the strings of the objects that are not ASCII (spans of kind `Wide`)
         wide: Vec<WideStr>,
-        /// the lone surrogate check of `wide`, left to the renders
-        surrogates: SurrogateCheck,
+        /// the `wide` strings that may hold a lone surrogate, in walk order: checked by the
+        /// renders, as far as they write them (`surrogates.rs`)
+        unchecked: Vec<Unchecked>,
         inputs: Vec<Py<PyAny>>,
     },
 }
 
-/// A string of `Source::Objects::wide` that may hold a lone surrogate: which one, and where
-/// the walk read it.
+/// A string of `Source::Objects::wide` that may hold a lone surrogate (two or four bytes a
+/// code point): which one, and where the walk read it. Only what a render writes of it is
+/// checked, for the messages its context shows (`surrogates.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct Unchecked {
     pub wide: usize,
     pub loc: Loc,
     pub key: &'static str,
-}
-
-/// The lone surrogate check of the `wide` strings of a walk, for the messages a render's
-/// context shows: only those are written, so only their strings are read for it (a long
-/// history that compaction or the budget drops costs nothing here). The render's narrowed
-/// searches learn the verdicts of the strings they read in the same pass; every verdict is
-/// kept for later renders.
-#[derive(Debug, Default)]
-pub struct SurrogateCheck {
-    /// in walk order, so in the order of their messages
-    unchecked: Vec<Unchecked>,
-    /// by `unchecked` entry: `UNKNOWN`, `CLEAN` or `FAULTY`
-    verdicts: Vec<AtomicU8>,
-}
-
-const UNKNOWN: u8 = 0;
-const CLEAN: u8 = 1;
-const FAULTY: u8 = 2;
-
-/// What a render's searches learned of the `wide` strings, by index: `Some(true)` for a lone
-/// surrogate, `Some(false)` for none, `None` for not scanned.
-pub type Verdicts = Vec<Option<bool>>;
-
-impl SurrogateCheck {
-    pub fn new(unchecked: Vec<Unchecked>) -> Self {
-        let verdicts = unchecked.iter().map(|_| AtomicU8::new(UNKNOWN)).collect();
-        Self {
-            unchecked,
-            verdicts,
-        }
-    }
-
-    /// Whether there are strings to check (a render's searches then collect verdicts: the
-    /// strings of messages a context never shows keep none, so there is nearly always one
-    /// without).
-    pub fn pending(&self) -> bool {
-        !self.unchecked.is_empty()
-    }
-
-    /// The first lone surrogate in the strings of the `shown` messages (in the order given,
-    /// each message's strings in walk order), taking the verdicts the render's searches
-    /// learned (`known`, by `wide` index) and those of earlier renders.
-    pub fn check(
-        &self,
-        wide: &[WideStr],
-        known: &[Option<bool>],
-        shown: impl IntoIterator<Item = usize>,
-    ) -> Result<(), InputError> {
-        if self.unchecked.is_empty() {
-            return Ok(());
-        }
-        for m in shown {
-            let first = self.unchecked.partition_point(|u| u.loc.message() < m);
-            let entries = self.unchecked.iter().zip(&self.verdicts).skip(first);
-            for (u, verdict) in entries.take_while(|(u, _)| u.loc.message() == m) {
-                let faulty = match verdict.load(Ordering::Relaxed) {
-                    UNKNOWN => {
-                        let faulty = match known.get(u.wide).copied().flatten() {
-                            Some(faulty) => faulty,
-                            None => wide.get(u.wide).is_some_and(|w| w.units().has_surrogate()),
-                        };
-                        verdict.store(if faulty { FAULTY } else { CLEAN }, Ordering::Relaxed);
-                        faulty
-                    }
-                    seen => seen == FAULTY,
-                };
-                if faulty {
-                    return Err(InputError::new(u.loc.path(Some(u.key)), LONE_SURROGATE));
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 /// A Python `str` kept by a session and read as the UTF-8 it holds: an ASCII one (its
@@ -421,26 +348,11 @@ impl Session {
             .unwrap_or("")
     }
 
-    /// The lone surrogate check still due, if any (see `SurrogateCheck`).
-    pub fn surrogates(&self) -> Option<&SurrogateCheck> {
+    /// The walked strings that may hold a lone surrogate, in walk order (none from JSON).
+    pub fn unchecked(&self) -> &[Unchecked] {
         match &self.source {
-            Source::Objects { surrogates, .. } => Some(surrogates),
-            _ => None,
-        }
-    }
-
-    /// The lone surrogate check of walked strings, for the `shown` messages (see
-    /// `SurrogateCheck::check`); nothing to check for a session read from JSON.
-    pub fn check_surrogates(
-        &self,
-        known: &[Option<bool>],
-        shown: impl IntoIterator<Item = usize>,
-    ) -> Result<(), InputError> {
-        match &self.source {
-            Source::Objects {
-                wide, surrogates, ..
-            } => surrogates.check(wide, known, shown),
-            _ => Ok(()),
+            Source::Objects { unchecked, .. } => unchecked,
+            _ => &[],
         }
     }
 

@@ -14,9 +14,9 @@ use memchr::memmem;
 use crate::config::Config;
 use crate::json::unescape::{inside_escape, unescape};
 use crate::pair::PairFinder;
-use crate::session::{Part, Session, Source, Span, SpanKind, Verdicts};
+use crate::session::{Part, Session, Span, SpanKind};
 use crate::text::{count_chars, head_only_len, head_tail_len, head_tail_sizes};
-use crate::units::{is_surrogate, Units};
+use crate::units::Units;
 
 /// How a result renders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,21 +212,17 @@ fn encode_units(needle: &str, width: usize) -> Option<Vec<u8>> {
 /// `units` one byte per code point: ASCII as itself, anything wider as a byte that is not
 /// ASCII. An ASCII needle matches there exactly where it matches the text (a vectorized pass,
 /// far cheaper than a search for needles padded with zero bytes, which occur everywhere).
-/// Whether a unit is a lone surrogate comes out of the same pass (see `SurrogateCheck`).
-fn narrow(units: Units<'_>, out: &mut Vec<u8>) -> bool {
+fn narrow(units: Units<'_>, out: &mut Vec<u8>) {
     // every byte is written below: only a longer block needs the vector to grow
     out.resize(units.len(), 0);
     match units {
-        Units::One(u) => {
-            out.copy_from_slice(u);
-            false
-        }
+        Units::One(u) => out.copy_from_slice(u),
         Units::Two(u) => narrow_units(u, out),
         Units::Four(u) => narrow_units(u, out),
     }
 }
 
-fn narrow_units<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) -> bool {
+fn narrow_units<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
@@ -237,24 +233,17 @@ fn narrow_units<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) -> bool {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn narrow_units_avx2<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) -> bool {
+unsafe fn narrow_units_avx2<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) {
     narrow_units_body(units, out)
 }
 
-/// A block at a time, its flags folded without an early exit, so the loop vectorizes.
+/// One plain loop, which the compiler vectorizes.
 #[inline(always)]
-fn narrow_units_body<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) -> bool {
-    let mut seen = false;
-    for (to, from) in out.chunks_mut(256).zip(units.chunks(256)) {
-        let mut block = 0u32;
-        for (byte, &unit) in to.iter_mut().zip(from) {
-            let unit: u32 = unit.into();
-            *byte = unit.min(0xff) as u8;
-            block |= u32::from(is_surrogate(unit));
-        }
-        seen |= block != 0;
+fn narrow_units_body<T: Copy + Into<u32>>(units: &[T], out: &mut [u8]) {
+    for (byte, &unit) in out.iter_mut().zip(units) {
+        let unit: u32 = unit.into();
+        *byte = unit.min(0xff) as u8;
     }
-    seen
 }
 
 /// The searches of stage 2, built once per render (each encoding only when needed).
@@ -272,21 +261,13 @@ struct Needles<'c> {
     narrowed: RefCell<Vec<u8>>,
     /// the longest needle in characters, less one: the overlap of narrowed blocks
     overlap: usize,
-    /// the lone surrogate verdicts of the session's `wide` strings, when a check is due
-    /// (empty otherwise): the narrowed searches reach them for free
-    verdicts: RefCell<Verdicts>,
 }
 
 /// Characters narrowed and searched at a time (the narrowed block stays in the L1/L2 cache).
 const NARROW_BLOCK: usize = 32 * 1024;
 
 impl<'c> Needles<'c> {
-    fn new(config: &'c Config, session: &Session) -> Self {
-        let check = session.surrogates().is_some_and(|c| c.pending());
-        let verdicts = match session.source {
-            Source::Objects { ref wide, .. } if check => vec![None; wide.len()],
-            _ => Vec::new(),
-        };
+    fn new(config: &'c Config) -> Self {
         Self {
             config,
             marker_chars: count_chars(&config.cleared_marker),
@@ -303,7 +284,6 @@ impl<'c> Needles<'c> {
                 .max()
                 .unwrap_or(0)
                 .saturating_sub(1),
-            verdicts: RefCell::new(verdicts),
         }
     }
 
@@ -321,13 +301,7 @@ impl<'c> Needles<'c> {
                     // Latin-1: its bytes are the code points, only ASCII ones match
                     return encoded.search(wide.bytes(), Starts::All, marker, errors);
                 }
-                let mut verdicts = self.verdicts.borrow_mut();
-                let verdict = verdicts.get_mut(span.buf as usize).filter(|v| v.is_none());
-                let (found, faulty) = self.search_narrowed(encoded, wide.units(), marker, errors);
-                if let Some(verdict) = verdict {
-                    *verdict = faulty;
-                }
-                return found;
+                return self.search_narrowed(encoded, wide.units(), marker, errors);
             }
             let width = wide.width();
             let slot = match width {
@@ -350,24 +324,21 @@ impl<'c> Needles<'c> {
     }
 
     /// `Encoded::search` over `units` narrowed a block at a time, so the narrowed text stays
-    /// in cache; consecutive blocks overlap by a needle's length, less one. Also whether `units`
-    /// hold a lone surrogate, when the search narrowed all of them (`None` when it stopped
-    /// before the end: the rest is read only if the context shows the string's message).
+    /// in cache; consecutive blocks overlap by a needle's length, less one.
     fn search_narrowed(
         &self,
         encoded: &Encoded,
         units: Units<'_>,
         mut marker: bool,
         mut errors: bool,
-    ) -> (Found, Option<bool>) {
+    ) -> Found {
         let mut narrowed = self.narrowed.borrow_mut();
         let mut found = Found::default();
-        let mut faulty = false;
         let total = units.len();
         let mut at = 0;
         while marker || errors {
             let end = total.min(at + NARROW_BLOCK);
-            faulty |= narrow(
+            narrow(
                 units.slice(at.saturating_sub(self.overlap), end),
                 &mut narrowed,
             );
@@ -391,7 +362,7 @@ impl<'c> Needles<'c> {
             // a marker too long for what is left cannot start in it
             marker = marker && total - end + self.overlap >= self.marker_chars;
         }
-        (found, (at >= total).then_some(faulty))
+        found
     }
 
     fn utf8(&self) -> &Encoded {
@@ -472,14 +443,11 @@ fn part_result<'s>(session: &'s Session, part: &Part) -> Option<(Span, bool, &'s
 }
 
 /// Every result of the kept messages, in order, with its tier and cut.
-///
-/// The searches check the walked strings they narrow to the end for lone surrogates on the way:
-/// the verdicts come back for the session's `SurrogateCheck` (empty when none is due).
 pub fn plan_results(
     session: &Session,
     kept: &[usize],
     config: &Config,
-) -> (Vec<ResultPlan>, Counts, Verdicts) {
+) -> (Vec<ResultPlan>, Counts) {
     let results = || {
         kept.iter()
             .filter_map(|&m| session.messages.get(m))
@@ -487,7 +455,7 @@ pub fn plan_results(
             .filter_map(|part| part_result(session, part))
     };
     let total = results().count();
-    let needles = Needles::new(config, session);
+    let needles = Needles::new(config);
     let mut counts = Counts::default();
     let mut plans = Vec::with_capacity(total);
     for (position, (span, compacted, name, status_error)) in results().enumerate() {
@@ -538,14 +506,15 @@ pub fn plan_results(
         }
         plans.push(plan);
     }
-    (plans, counts, needles.verdicts.into_inner())
+    (plans, counts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// What `narrow` must give: each code point as itself up to U+00FF, else U+00FF.
+    /// What `narrow` must give: each code point as itself up to U+00FF, else U+00FF; and
+    /// whether one is a surrogate (`Units::has_surrogate`, the check of written texts).
     fn expected<T: Copy + Into<u32>>(units: &[T]) -> (Vec<u8>, bool) {
         let narrowed = units.iter().map(|&u| u.into().min(0xff) as u8).collect();
         let surrogate = units.iter().any(|&u| (0xd800..=0xdfff).contains(&u.into()));
@@ -554,12 +523,13 @@ mod tests {
 
     fn check<'a, T: Copy + Into<u32>>(units: &'a [T], wrap: fn(&'a [T]) -> Units<'a>) {
         let mut out = Vec::new();
-        let found = narrow(wrap(units), &mut out);
+        narrow(wrap(units), &mut out);
+        let found = wrap(units).has_surrogate();
         assert_eq!((out, found), expected(units), "{} units", units.len());
         // the portable loop, whatever the CPU
         let mut portable = vec![0; units.len()];
-        let found = narrow_units_body(units, &mut portable);
-        assert_eq!((portable, found), expected(units));
+        narrow_units_body(units, &mut portable);
+        assert_eq!(portable, expected(units).0);
     }
 
     #[test]

@@ -8,7 +8,7 @@ from typing import Any
 from ..compaction import CompactionSlice, slice_at_compaction
 from ..config import ForkConfig
 from .budget import FRAME, Fitted, fit_to_budget, must_remove
-from .session import Message, ToolCall, ToolResult, check_shown, read_bodies, read_session
+from .session import Message, Rendered, check_written, read_bodies, read_session
 from .transcript import format_message
 from .truncate import ResultCounts, ResultTiers
 
@@ -21,20 +21,23 @@ def run_reference(
     sliced = slice_at_compaction(session.view)
     records = read_bodies(session, sliced.kept)
     kept = [records[i] for i in sliced.kept]
-    counts, newest_first = render_newest_first(kept, config)
+    counts, newest_first, rendered = render_newest_first(kept, config)
     fitted = fit_to_budget(newest_first, len(kept), config)
-    check_shown(records, sliced.kept[len(kept) - fitted.final_count :])
+    last = len(kept) - 1
+    shown = range(last - fitted.final_count + 1, last + 1)  # in context order
+    check_written((sliced.kept[m], kept[m], rendered[last - m]) for m in shown)
     return sliced, counts, fitted
 
 
 def render_newest_first(
     kept: list[Message], config: ForkConfig
-) -> tuple[ResultCounts, list[tuple[str, str]]]:
+) -> tuple[ResultCounts, list[tuple[str, str]], list[Rendered]]:
     """Stages 2 and 3a in one walk from the newest message: results are numbered as they come,
     and blocks are formatted until the context is sure to lose its older messages (those are
-    only counted)."""
+    only counted). Each block comes with the cut texts of its results."""
     tiers = ResultTiers(config)
     blocks: list[tuple[str, str]] = []
+    renders: list[Rendered] = []
     size = FRAME
     rendering = True
     for message in reversed(kept):
@@ -42,11 +45,12 @@ def render_newest_first(
             for result in reversed(message.results):
                 tiers.take(result, render=False)
             continue
-        rendered: dict[ToolCall | ToolResult, tuple[str, int]] = {
+        rendered: Rendered = {
             result: tiers.take(result, render=True) for result in reversed(message.results)
         }
         head, body = format_message(message, rendered, config)
         blocks.append((head, body))
+        renders.append(rendered)
         size += len(head) + len(body)
         rendering = not must_remove(size, config)
-    return tiers.counts, blocks
+    return tiers.counts, blocks, renders

@@ -8,8 +8,8 @@ head (what stage 1 reads); `read_bodies` then reads any body stage 1 keeps that 
 So a history that compaction drops costs one look at each message, and every other message is
 read once. Only what the later stages read is kept; large strings are kept by reference, never
 copied, and parameters stay unserialised until a message is rendered.
-The one check left for later is the lone surrogate check of long texts (`check_shown`): only the
-messages the context shows are written, so only theirs are read for it.
+The one check left for later is the lone surrogate check of long texts (`check_written`): only
+what the context writes of them is read for it, once the budget has chosen the messages.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,10 +76,11 @@ class Message:
     parts: list[Part]
     #: the parts that carry a tool result, in part order
     results: list[ToolCall | ToolResult]
-    #: its long texts from caller objects that are not ASCII, as (part index, field path,
-    #: text), in part order: checked for lone surrogates only if the context shows the
-    #: message (`check_shown`); None when there are none
-    unchecked: list[tuple[int, str, str]] | None = None
+    #: its long texts from caller objects that are not ASCII and that a block writes, as
+    #: (part index, field path, source) in part order, the source being a text part's text or
+    #: the result whose cut the block writes: checked for lone surrogates only as far as a
+    #: context shows them (`check_written`); None when there are none
+    unchecked: list[tuple[int, str, str | ToolCall | ToolResult]] | None = None
 
 
 class ParsedMessages(list[Any]):
@@ -190,7 +191,7 @@ def message_list(document: Any) -> Sequence[Any]:
 
 def _text(obj: dict[str, Any], key: str, where: str) -> str | None:
     """A long text field (a text, an output, an error): a str, whose lone surrogate check
-    waits until the context is known to show its message (`check_shown`)."""
+    waits until the context is known to show its message (`check_written`)."""
     value = obj.get(key)
     if value is None or type(value) is str:
         return value
@@ -429,7 +430,7 @@ _NO_RESULTS: list[ToolCall | ToolResult] = []
 # v.isascii())` (a str that needs no lone surrogate check), and call `_string` for anything
 # else: a non-str raises, a non-ASCII str from caller objects gets the surrogate check. The
 # long texts (a text, a result, an error) go to `_text` instead: their check waits for
-# `check_shown`, which reads only the messages the context shows.
+# `check_written`, which reads only the messages the context shows.
 
 #: id, parentID, summary, compaction tail ids, and the record or fault of the body
 _Read = tuple[str | None, str | None, bool, list[str | None], Message | _Invalid | None]
@@ -479,7 +480,7 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
     results = _NO_RESULTS
     tail_ids: list[str | None] = []
     last_tool_name: str | None = None
-    unchecked: list[tuple[int, str, str]] | None = None
+    unchecked: list[tuple[int, str, str | ToolCall | ToolResult]] | None = None
     try:
         error_line = _error_line(info) if role == "assistant" and "error" in info else None
         try:
@@ -493,20 +494,28 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
                     kind = _part_type(part, parsed)
                 if kind == "text":
                     text = part.get("text")
-                    if text is not None and not (type(text) is str and (parsed or text.isascii())):
+                    unsure = text is not None and not (
+                        type(text) is str and (parsed or text.isascii())
+                    )
+                    if unsure:
                         text = _text(part, "text", "")
-                        if not parsed and text:
-                            unchecked = _defer(unchecked, j, ".text", text)
                     ignored = part.get("ignored")
                     if ignored is not None and type(ignored) is not bool:
                         raise _Invalid(".ignored", "expected a boolean")
                     if text and not ignored:
                         items.append(text)
+                        if unsure and not parsed:
+                            unchecked = _defer(unchecked, j, ".text", text)
                 elif kind == "tool":
                     call = _read_tool(part, parsed)
-                    if not parsed and call.result and not call.result.isascii():
+                    if (
+                        not parsed
+                        and call.result
+                        and not call.compacted
+                        and not call.result.isascii()
+                    ):
                         key = ".state.error" if call.is_error else ".state.output"
-                        unchecked = _defer(unchecked, j, key, call.result)
+                        unchecked = _defer(unchecked, j, key, call)
                     last_tool_name = call.name
                     items.append(call)
                     if call.result is not None:
@@ -515,12 +524,12 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
                         results.append(call)
                 elif kind == "tool_result":
                     text = _text(part, "text", "")
-                    if not parsed and text and not text.isascii():
-                        unchecked = _defer(unchecked, j, ".text", text)
                     tool = _string(part, "tool", "")
                     alt_name = _string(part, "name", "")
                     if text:
                         found = ToolResult(tool or alt_name or last_tool_name or "", text)
+                        if not parsed and not text.isascii():
+                            unchecked = _defer(unchecked, j, ".text", found)
                         items.append(found)
                         if results is _NO_RESULTS:
                             results = []
@@ -564,26 +573,35 @@ def _part_type(part: Any, parsed: bool) -> str:
     return _string(part, "type", "") or ""  # a str: it is not None
 
 
+_Source = str | ToolCall | ToolResult
+#: the cut text and tier of each result a block writes (`ResultTiers.take`)
+Rendered = dict[ToolCall | ToolResult, tuple[str, int]]
+
+
 def _defer(
-    unchecked: list[tuple[int, str, str]] | None, j: int, key: str, text: str
-) -> list[tuple[int, str, str]]:
-    """`unchecked` with (part `j`, `key`, `text`) appended: made on first use."""
+    unchecked: list[tuple[int, str, _Source]] | None, j: int, key: str, source: _Source
+) -> list[tuple[int, str, _Source]]:
+    """`unchecked` with (part `j`, `key`, `source`) appended: made on first use."""
     if unchecked is None:
-        return [(j, key, text)]
-    unchecked.append((j, key, text))
+        return [(j, key, source)]
+    unchecked.append((j, key, source))
     return unchecked
 
 
-def check_shown(messages: Mapping[int, Message], shown: Sequence[int]) -> None:
-    """The lone surrogate check of the long texts of the messages the context shows
-    (indexes into `messages`, in context order): the first fault in that order, part by part.
+def check_written(shown: Iterable[tuple[int, Message, Rendered]]) -> None:
+    """The lone surrogate check of the long texts a context writes: `shown` holds each shown
+    block in context order, as (message index, record, the results it rendered). The first
+    fault in that order is raised, each message's texts in part order.
 
-    A message the fork does not show (compaction or the budget dropped it) is never written,
-    so its texts are not read for this: that work would cost as much as the rest of the
-    reference together on sessions with long non-ASCII histories.
+    Only what is written is read: a text part whole, a result as its tier cut it (a message
+    the hard cap cuts counts whole, as its block was before the cut). A message the fork
+    does not show (compaction or the budget dropped it) and the part of an output a cut drops
+    are never written, so they are not read for this: that work would cost as much as the
+    rest of the reference together on sessions with long non-ASCII histories.
     """
-    for i in shown:
-        for j, key, text in messages[i].unchecked or ():
+    for i, message, rendered in shown:
+        for j, key, source in message.unchecked or ():
+            text = source if isinstance(source, str) else rendered[source][0]
             if not surrogate_free(text):
                 raise ForkInputError(f"messages[{i}].parts[{j}]{key}", "contains a lone surrogate")
 

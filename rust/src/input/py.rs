@@ -2,9 +2,8 @@
 //! with `cast`; keys are interned, then replaced by the caller's own key objects as the first
 //! dicts show them (a lookup with the stored key object matches on identity). Long strings are
 //! never copied: the session keeps the Python strings alive, ASCII ones read as the UTF-8 they
-//! are, the others in their own layout (`WideStr`, checked for lone surrogates by the renders
-//! that show their messages, see `SurrogateCheck`), and
-//! their length in code points is Python's own (O(1)). `state.input` is checked here and kept;
+//! are, the others in their own layout (`WideStr`, checked for lone surrogates by the renders,
+//! as far as they write them: `surrogates.rs`), and their length in code points is Python's own (O(1)). `state.input` is checked here and kept;
 //! it is dumped (`params.rs`) only when a render shows it.
 
 use pyo3::ffi;
@@ -171,7 +170,7 @@ impl<'py> PySource<'py> {
     }
 
     /// A string kept in its own layout, as a span; its lone surrogate check waits for the
-    /// renders that show its message (see `SurrogateCheck`). Latin-1 strings cannot hold one.
+    /// renders that write it (`surrogates.rs`). Latin-1 strings cannot hold one.
     fn push_wide(&mut self, wide: WideStr, loc: Loc, key: &'static str) -> Option<Span> {
         let chars = wide.units().len();
         let buf = u32::try_from(self.wide.len()).ok()?;
