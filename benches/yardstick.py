@@ -9,12 +9,19 @@ checks nothing). "The rest" is the reference less that: the work both do. (From 
 ``json.loads`` dominates both and the split says little.)
 
     python benches/yardstick.py                 # 200 and 2,000 messages, every shape
-    python benches/yardstick.py --sizes 20000 --rounds 3
+    python benches/yardstick.py --sizes 20000 --rounds 3 --collect
+
+With `--collect`, a full garbage collection runs before each call (untimed), so that no call
+pays for the collections that the objects of the calls before it made due. At 20,000 messages
+from bytes, in a process that also holds sessions as dicts (as the benchmarks' does), one full
+collection takes 0.6-0.9 s, half a call, and lands in whichever call crosses CPython's
+threshold: mostly inside `json.loads`, which both sides call (see the README).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -33,11 +40,13 @@ def _read(messages: Any) -> None:
     read_bodies(session, slice_at_compaction(session.view).kept)
 
 
-def interleaved(calls: list[Callable[[], Any]], rounds: int) -> list[float]:
+def interleaved(calls: list[Callable[[], Any]], rounds: int, collect: bool = False) -> list[float]:
     """Median CPU seconds of each call, the calls taking turns in every round."""
     times: list[list[float]] = [[] for _ in calls]
     for _ in range(rounds):
         for spent, call in zip(times, calls, strict=True):
+            if collect:
+                gc.collect()
             start = time.process_time()
             call()
             spent.append(time.process_time() - start)
@@ -49,6 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 2_000])
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    parser.add_argument(
+        "--forms", nargs="+", choices=["dicts", "bytes"], default=["dicts", "bytes"]
+    )
+    parser.add_argument("--collect", action="store_true", help="gc.collect() before each call")
     args = parser.parse_args(argv)
     print(
         "| shape | messages | form | reference | of which reading and checking the messages"
@@ -57,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for shape in args.shapes:
         for n in args.sizes:
-            for form in ("dicts", "bytes"):
+            for form in args.forms:
                 data = session_bytes(n, shape) if form == "bytes" else session_objects(n, shape)
                 calls = [
                     lambda data=data: build_fork_context(data, engine="python"),
@@ -65,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                 ]
                 if form == "dicts":
                     calls.append(lambda data=data: _read(data))
-                reference, plain, *reading = interleaved(calls, args.rounds)
+                reference, plain, *reading = interleaved(calls, args.rounds, args.collect)
                 cells = [f"`{shape}`", f"{n:,}", form, f"{reference * 1e3:.2f} ms"]
                 if reading:
                     rest = reference - reading[0]
