@@ -7,8 +7,8 @@
 //! dumps), `params` (tool parameters dumped for the messages a render shows), `input` (the
 //! message rules, generic over the JSON view and Python objects), `pair` (the cleared
 //! marker's search), `tiers` (stage 2),
-//! `transcript` and `budget` (stage 3), `pipeline` (stages 2 and 3 end to end), `pystr` (the
-//! result `str`).
+//! `transcript` and `budget` (stage 3), `surrogates` (the lone surrogate check of what a
+//! context writes), `pipeline` (stages 2 and 3 end to end), `pystr` (the result `str`).
 //! This file only assembles them for Python and releases the GIL around the work.
 
 mod budget;
