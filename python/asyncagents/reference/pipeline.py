@@ -31,13 +31,15 @@ def run_reference(
 
 def render_newest_first(
     kept: list[Message], config: ForkConfig
-) -> tuple[ResultCounts, list[tuple[str, str]], list[Rendered]]:
+) -> tuple[ResultCounts, list[tuple[str, str]], list[Rendered | None]]:
     """Stages 2 and 3a in one walk from the newest message: results are numbered as they come,
     and blocks are formatted until the context is sure to lose its older messages (those are
-    only counted). Each block comes with the cut texts of its results."""
+    only counted). Each block comes with the cut texts of its results where the lone surrogate
+    check needs them (`check_written`; None for a message without texts to check, so that
+    the others are freed as they go)."""
     tiers = ResultTiers(config)
     blocks: list[tuple[str, str]] = []
-    renders: list[Rendered] = []
+    renders: list[Rendered | None] = []
     size = FRAME
     rendering = True
     for message in reversed(kept):
@@ -50,7 +52,7 @@ def render_newest_first(
         }
         head, body = format_message(message, rendered, config)
         blocks.append((head, body))
-        renders.append(rendered)
+        renders.append(rendered if message.unchecked else None)
         size += len(head) + len(body)
         rendering = not must_remove(size, config)
     return tiers.counts, blocks, renders

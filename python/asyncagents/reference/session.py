@@ -588,7 +588,7 @@ def _defer(
     return unchecked
 
 
-def check_written(shown: Iterable[tuple[int, Message, Rendered]]) -> None:
+def check_written(shown: Iterable[tuple[int, Message, Rendered | None]]) -> None:
     """The lone surrogate check of the long texts a context writes: `shown` holds each shown
     block in context order, as (message index, record, the results it rendered). The first
     fault in that order is raised, each message's texts in part order.
@@ -600,7 +600,9 @@ def check_written(shown: Iterable[tuple[int, Message, Rendered]]) -> None:
     rest of the reference together on sessions with long non-ASCII histories.
     """
     for i, message, rendered in shown:
-        for j, key, source in message.unchecked or ():
+        if not message.unchecked or rendered is None:
+            continue
+        for j, key, source in message.unchecked:
             text = source if isinstance(source, str) else rendered[source][0]
             if not surrogate_free(text):
                 raise ForkInputError(f"messages[{i}].parts[{j}]{key}", "contains a lone surrogate")
