@@ -42,13 +42,15 @@ def format_message(
             lines.append(part)
             continue
         result = rendered.get(part)
+        # "[Tool result]" and the text as two lines: the join puts the newline between them
+        # without a copy of the text
         if isinstance(part, ToolResult):
             assert result is not None
-            lines.append("[Tool result]\n" + result[0])
+            lines += (result[0], "[Tool result]")
             next_tier = result[1]
             continue
         if result is not None:
-            lines.append("[Tool result]\n" + result[0])
+            lines += (result[0], "[Tool result]")
         tier = next_tier if part.legacy else result[1] if result is not None else 0
         limit = config.params_limit(tier) if tier else config.params_tier1
         lines.append(params_preview(part, limit))
