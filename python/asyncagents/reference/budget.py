@@ -65,4 +65,5 @@ def fit_to_budget(
 
 
 def _framed(newest_first: list[tuple[str, str]]) -> str:
-    return OPEN + "".join(chain.from_iterable(reversed(newest_first))) + CLOSE
+    """The blocks, oldest first, in the frame: one join, one copy of each block."""
+    return "".join(chain((OPEN,), chain.from_iterable(reversed(newest_first)), (CLOSE,)))

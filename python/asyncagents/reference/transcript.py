@@ -54,8 +54,9 @@ def format_message(
         tier = next_tier if part.legacy else result[1] if result is not None else 0
         limit = config.params_limit(tier) if tier else config.params_tier1
         lines.append(params_preview(part, limit))
+    lines.append("")  # first once reversed: the join then leads with a newline, no copy
     lines.reverse()
     if message.error_line is not None:
         lines.append(message.error_line)
-    body = "\n" + "\n".join(lines) if lines else ""
+    body = "\n".join(lines) if len(lines) > 1 else ""
     return "\n" + label(message.role) + ":", body
