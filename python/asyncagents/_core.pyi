@@ -25,8 +25,8 @@ class ParsedSession:
     A message's head (what stage 1 reads) is checked when the session is made; a fault in its
     body (the rest) is kept and counts only for a `render` whose `kept` holds the message, which
     raises `ForkInputError` for the first such fault in list order. The lone surrogate check of
-    long texts (texts, outputs, errors) of Python objects is left to each `render` too, for the
-    messages its context shows (the others are never written): the first one in context order.
+    long texts (texts, outputs, errors) of Python objects is left to each `render` too, as far
+    as its context writes them (nothing else reaches it): the first one in context order.
     """
 
     def __len__(self) -> int: ...

@@ -34,7 +34,7 @@ pub enum Source {
 
 /// A string of `Source::Objects::wide` that may hold a lone surrogate (two or four bytes a
 /// code point): which one, and where the walk read it. Only what a render writes of it is
-/// checked, for the messages its context shows (`surrogates.rs`).
+/// checked (`surrogates.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct Unchecked {
     pub wide: usize,

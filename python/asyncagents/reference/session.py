@@ -79,7 +79,7 @@ class Message:
     #: its long texts from caller objects that are not ASCII and that a block writes, as
     #: (part index, field path, source) in part order, the source being a text part's text or
     #: the result whose cut the block writes: checked for lone surrogates only as far as a
-    #: context shows them (`check_written`); None when there are none
+    #: context writes them (`check_written`); None when there are none
     unchecked: list[tuple[int, str, str | ToolCall | ToolResult]] | None = None
 
 
@@ -430,7 +430,7 @@ _NO_RESULTS: list[ToolCall | ToolResult] = []
 # v.isascii())` (a str that needs no lone surrogate check), and call `_string` for anything
 # else: a non-str raises, a non-ASCII str from caller objects gets the surrogate check. The
 # long texts (a text, a result, an error) go to `_text` instead: their check waits for
-# `check_written`, which reads only the messages the context shows.
+# `check_written`, which reads only what the context writes of them.
 
 #: id, parentID, summary, compaction tail ids, and the record or fault of the body
 _Read = tuple[str | None, str | None, bool, list[str | None], Message | _Invalid | None]
