@@ -191,7 +191,7 @@ def message_list(document: Any) -> Sequence[Any]:
 
 def _text(obj: dict[str, Any], key: str, where: str) -> str | None:
     """A long text field (a text, an output, an error): a str, whose lone surrogate check
-    waits until the context is known to show its message (`check_written`)."""
+    waits until the context is known to write it (`check_written`)."""
     value = obj.get(key)
     if value is None or type(value) is str:
         return value
