@@ -794,6 +794,33 @@ def test_lone_surrogate_where_a_cut_drops_it_is_never_read(engine, wide):
     check([_output(wide * 5_000 + "\ud800")], engine, OUTPUT.format(0), LONE)
 
 
+def test_lone_surrogate_in_a_message_kept_twice_with_two_cuts(engine):
+    # stage 1 keeps message 2 twice (in the tail and after the early summary): the newer copy
+    # of its output is the newest result, the older the next one, each cut by its own tier
+    bad = "漢" * 2_000 + "\ud800" + "漢" * 2_000
+    msgs = [
+        user("msg_00", {"type": "text", "text": "q0"}),
+        assistant("msg_01", {"type": "text", "text": "EARLY"}, parent="msg_03", summary=True),
+        {"info": {"id": "msg_02", "role": "assistant"}, "parts": [tool("read", {}, output=bad)]},
+        user("msg_03", compaction("msg_00")),
+        user("msg_04", {"type": "text", "text": "q4"}),
+    ]
+    tiers = {"tier1_count": 1, "tier2_count": 1, "tier2_limit": 1_000, "tier3_limit": 100}
+    # the newer copy whole: written, found
+    with pytest.raises(ForkInputError) as info:
+        build_fork_context(msgs, ForkConfig(**tiers), engine=engine)
+    assert (info.value.path, info.value.detail) == (OUTPUT.format(2), LONE)
+    # both copies cut before it: never written
+    cut = ForkConfig(**{**tiers, "tier1_count": 0})
+    forked = build_fork_context(msgs, cut, engine=engine)
+    assert forked.stats.final_count == 7
+    assert forked.stats.truncated_results == 2
+    assert "\ud800" not in forked.context
+    clean = [*msgs[:2], _output("漢" * 4_001), *msgs[3:]]
+    clean[2]["info"]["id"] = "msg_02"
+    assert forked.context == build_fork_context(clean, cut, engine=engine).context
+
+
 def test_lone_surrogate_in_a_text_no_context_writes_is_never_read(engine):
     # a pruned output (the cleared marker is written instead) and an ignored text
     pruned = {
