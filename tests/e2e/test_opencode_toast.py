@@ -18,6 +18,7 @@ from plugin_support import (
     call,
     new_parent,
     next_tool_output,
+    notices_of,
     say_to,
     started_task_id,
     tool_outputs,
@@ -74,6 +75,19 @@ async def test_toasts_when_a_task_completes_and_when_one_is_cancelled(
         "variant": "success",
         "duration": 6000,
     }
+
+    # The completion notice wakes the parent with a turn of its own. A prompt that meets it
+    # (sent while the notice's turn runs, or just before the notice arrives) is folded into
+    # one turn, which the fake model answers by its last user message: the call would be
+    # lost. So the next prompt waits for the notice's turn to end.
+    async def notice_answered() -> bool:
+        if not any(task == quick for _, task in await notices_of(oc, parent)):
+            return False
+        last = (await oc.messages(parent))[-1]["info"]
+        done = last["role"] == "assistant" and (last.get("time") or {}).get("completed")
+        return bool(done) and parent not in await oc.status()
+
+    await until(notice_answered, 60, "the parent's turn for the completion notice")
     await say_to(
         oc,
         parent,
