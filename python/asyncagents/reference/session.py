@@ -80,7 +80,7 @@ class Message:
     #: (part index, field path, source) in part order, the source being a text part's text or
     #: the result whose cut the block writes: checked for lone surrogates only as far as a
     #: context writes them (`check_written`); None when there are none
-    unchecked: list[tuple[int, str, str | ToolCall | ToolResult]] | None = None
+    unchecked: list[tuple[int, str, Part]] | None = None
 
 
 class ParsedMessages(list[Any]):
@@ -480,7 +480,7 @@ def _read_message(raw: Any, parsed: bool, body: bool) -> _Read:
     results = _NO_RESULTS
     tail_ids: list[str | None] = []
     last_tool_name: str | None = None
-    unchecked: list[tuple[int, str, str | ToolCall | ToolResult]] | None = None
+    unchecked: list[tuple[int, str, Part]] | None = None
     try:
         error_line = _error_line(info) if role == "assistant" and "error" in info else None
         try:
@@ -573,14 +573,13 @@ def _part_type(part: Any, parsed: bool) -> str:
     return _string(part, "type", "") or ""  # a str: it is not None
 
 
-_Source = str | ToolCall | ToolResult
 #: the cut text and tier of each result a block writes (`ResultTiers.take`)
 Rendered = dict[ToolCall | ToolResult, tuple[str, int]]
 
 
 def _defer(
-    unchecked: list[tuple[int, str, _Source]] | None, j: int, key: str, source: _Source
-) -> list[tuple[int, str, _Source]]:
+    unchecked: list[tuple[int, str, Part]] | None, j: int, key: str, source: Part
+) -> list[tuple[int, str, Part]]:
     """`unchecked` with (part `j`, `key`, `source`) appended: made on first use."""
     if unchecked is None:
         return [(j, key, source)]

@@ -3,8 +3,9 @@
 //! dicts show them (a lookup with the stored key object matches on identity). Long strings are
 //! never copied: the session keeps the Python strings alive, ASCII ones read as the UTF-8 they
 //! are, the others in their own layout (`WideStr`, checked for lone surrogates by the renders,
-//! as far as they write them: `surrogates.rs`), and their length in code points is Python's own (O(1)). `state.input` is checked here and kept;
-//! it is dumped (`params.rs`) only when a render shows it.
+//! as far as they write them: `surrogates.rs`), and their length in code points is Python's
+//! own (O(1)). `state.input` is checked here and kept; it is dumped (`params.rs`) only when a
+//! render shows it.
 
 use pyo3::ffi;
 use pyo3::intern;
