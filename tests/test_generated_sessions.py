@@ -11,7 +11,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from asyncagents import _core, build_fork_context
+from asyncagents import ForkInputError, _core, build_fork_context
 from asyncagents.models import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
@@ -323,7 +323,7 @@ LONG_PROBE_SEEDS = (22873, 20882, 4955)
 _LONG_PROBE_CHECK = """
 import sys
 sys.path[:0] = sys.argv[1:3]
-from asyncagents import _core, build_fork_context
+from asyncagents import ForkInputError, _core, build_fork_context
 from generate import SHAPES, session_objects
 from test_generated_sessions import _probe_length, _slots_of
 for shape in SHAPES:
@@ -362,3 +362,50 @@ def test_an_absent_key_with_a_probe_longer_than_its_table_is_read_borrowed(seed)
         timeout=120,
     )
     assert run.returncode == 0, run.stderr
+
+
+def _odd_messages() -> list[object]:
+    """Messages the walk's look-ahead meets before the walk does: containers it leaves alone
+    (tuples, subclasses, other types), parts past the ones it looks at, deleted entries, and
+    faults that stop the borrowed walk."""
+    base = session_objects(12, "mixed")
+    many_parts = json.loads(json.dumps(base[1]))
+    many_parts["parts"] = many_parts["parts"] * 20  # more parts than the look-ahead follows
+    deleted = json.loads(json.dumps(base[3]))
+    deleted["gone"] = 1
+    del deleted["gone"]
+    for part in deleted["parts"]:
+        part["gone"] = {}
+        del part["gone"]
+    tuple_parts = {**base[5], "parts": tuple(base[5]["parts"])}
+    list_subclass = {**base[7], "parts": _Items(base[7]["parts"])}
+    dict_subclass = _Dict(base[9])
+    state_subclass = json.loads(json.dumps(base[1]))
+    for part in state_subclass["parts"]:
+        if "state" in part:
+            part["state"] = _Dict(part["state"])
+    return [many_parts, deleted, tuple_parts, list_subclass, dict_subclass, state_subclass]
+
+
+class _Items(list):
+    pass
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 17, 30])
+def test_the_walks_look_ahead_changes_nothing(length):
+    """Before each message the borrowed walk loads the next ones' objects (up to 8 ahead): on
+    any objects it meets ahead, and at every distance from the end of the list, the session
+    reads as the reference reads it, faults included."""
+    plain = session_objects(length, "mixed")
+    odd = _odd_messages()
+    for at in range(length):
+        for message in odd:
+            messages = [*plain[:at], message, *plain[at + 1 :]]
+            assert build_fork_context(messages) == build_fork_context(messages, engine="python")
+    for at in range(length):
+        broken = [*plain[:at], {"info": "x", "parts": []}, *plain[at + 1 :]]
+        with pytest.raises(ForkInputError) as rust:
+            build_fork_context(broken)
+        with pytest.raises(ForkInputError) as reference:
+            build_fork_context(broken, engine="python")
+        assert str(rust.value) == str(reference.value) == f"messages[{at}].info: expected an object"

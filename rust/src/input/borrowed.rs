@@ -13,6 +13,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
+use super::lookahead::Lookahead;
 use super::py::{clean_json, short_text, PySource, Seq, FIELDS};
 use super::{dict, read_messages, Field, Kind, PartType, Source, Status};
 use crate::errors::{InputError, Loc};
@@ -46,6 +47,7 @@ struct BorrowedSource<'a, 'py> {
     py: Python<'py>,
     inner: &'a mut PySource<'py>,
     hints: [Cell<usize>; FIELDS],
+    ahead: Option<Lookahead>,
 }
 
 /// Read every message of `list` as `read_messages` does with a `PySource`, borrowed. On
@@ -67,6 +69,7 @@ pub fn read_borrowed<'py>(
         py,
         inner: src,
         hints: std::array::from_fn(|_| Cell::new(usize::MAX)),
+        ahead: Some(Lookahead::new()),
     };
     // Nothing below runs Python code (see `Source for BorrowedSource`), so every object
     // reached stays alive and unchanged while it is read.
@@ -92,6 +95,20 @@ unsafe fn items_of(seq: *mut ffi::PyObject) -> Option<Items> {
         list,
         len: usize::try_from(len).ok()?,
     })
+}
+
+impl Items {
+    /// The address of the first item (of `len` in a row).
+    ///
+    /// # Safety
+    /// `seq` is live and the GIL is held.
+    unsafe fn base(&self) -> *const *mut ffi::PyObject {
+        if self.list {
+            (*self.seq.cast::<ffi::PyListObject>()).ob_item.cast_const()
+        } else {
+            (*self.seq.cast::<ffi::PyTupleObject>()).ob_item.as_ptr()
+        }
+    }
 }
 
 /// # Safety
@@ -237,6 +254,14 @@ impl<'py> Source for BorrowedSource<'_, 'py> {
     /// Never kept: `PySource` walks again and names it.
     fn body_fault(&self, _error: Stop) -> Result<InputError, Stop> {
         Err(Stop)
+    }
+
+    #[inline(always)]
+    fn ahead(&mut self, list: &Items, index: usize) {
+        if let Some(ahead) = self.ahead.as_mut() {
+            // SAFETY: see above; `list` is the message list (only it is read ahead of)
+            unsafe { ahead.step(self.py, self.inner, list.base(), list.len, index) };
+        }
     }
 
     fn input(&mut self, state: &Obj, _loc: Loc) -> Result<Option<Span>, Stop> {

@@ -7,6 +7,7 @@
 pub mod borrowed;
 pub mod dict;
 pub mod json;
+mod lookahead;
 pub mod py;
 
 use crate::errors::{self as e, InputError, Loc};
@@ -152,6 +153,10 @@ pub trait Source: Sized {
     /// A body's error as a fault to keep for later (`read_messages`), or the error itself when
     /// the walk must end with it (it is no fault of the input, or the walk cannot go on).
     fn body_fault(&self, error: Self::Error) -> Result<InputError, Self::Error>;
+    /// Called before message `index` of `list` is read: a source may start loading what it
+    /// will read of the messages after it.
+    #[inline(always)]
+    fn ahead(&mut self, _list: &Self::Array, _index: usize) {}
 }
 
 #[inline(always)]
@@ -214,6 +219,7 @@ pub fn read_messages<S: Source>(
     let count = src.len(list);
     messages.reserve(count);
     for i in 0..count {
+        src.ahead(list, i);
         let value = src.item(list, i)?;
         let message = read_message(src, value, i, parts, faults)?;
         messages.push(message);

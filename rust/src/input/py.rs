@@ -209,6 +209,12 @@ impl<'py> PySource<'py> {
         self.push_wide(wide, loc, key)
     }
 
+    /// Fields whose key was not adopted yet (bit `Field as usize`): when it changes, so do
+    /// the key objects of `key`.
+    pub(super) fn unadopted(&self) -> u32 {
+        self.unadopted
+    }
+
     /// The key object of `field` and its hash.
     pub(super) fn key(&self, field: Field) -> Option<(&Bound<'py, PyString>, isize)> {
         let at = field as usize;

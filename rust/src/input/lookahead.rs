@@ -1,0 +1,227 @@
+//! Loading the next messages' objects into the cache while the borrowed walk reads one.
+//!
+//! The walk of a message list waits on memory: each object is found only by reading the one
+//! above it (the message dict, its table, `parts`, each part dict, its table, `state`, …), and
+//! on a list `json.loads` has just built, or any list too big for the cache, nearly every
+//! one of those reads is a miss. Before message `i` is read, `Lookahead::step` goes one level
+//! deeper into each of the messages after it: the message `DEPTH` ahead gets its dict loaded,
+//! the next one its deepest level. Each level's objects are found from the level above,
+//! loaded a step earlier, so the misses of several messages overlap instead of following one
+//! another. Only reads and prefetch hints: no reference count, no call, nothing written to the
+//! objects; anything that is not an exact `dict` or `list` is left to the walk.
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use super::dict;
+use super::py::PySource;
+use super::Field;
+
+/// How many messages ahead the message dict is loaded; one level deeper each message after.
+const DEPTH: usize = 8;
+/// Messages whose derived pointers are kept (a power of two above `DEPTH`).
+const RING: usize = 16;
+/// The parts of a message looked at, at most (a longer list's other parts are the walk's).
+const PARTS: usize = 16;
+
+/// What a message's upper levels gave, for the deeper ones.
+#[derive(Clone, Copy)]
+struct Found {
+    info: *mut ffi::PyObject,
+    parts: *mut ffi::PyObject,
+    /// the item array of `parts` (null until loaded) and how many of its parts to look at
+    items: *const *mut ffi::PyObject,
+    count: usize,
+    /// the `state` of each part looked at (null: none found)
+    states: [*mut ffi::PyObject; PARTS],
+}
+
+const NOTHING: Found = Found {
+    info: std::ptr::null_mut(),
+    parts: std::ptr::null_mut(),
+    items: std::ptr::null(),
+    count: 0,
+    states: [std::ptr::null_mut(); PARTS],
+};
+
+/// The look-ahead of one walk.
+pub struct Lookahead {
+    ring: [Found; RING],
+    /// the key objects of `info`, `parts` and `state` the walk looks up with now
+    keys: [*mut ffi::PyObject; 3],
+    /// `PySource::unadopted` when `keys` were taken (`u32::MAX`: never)
+    taken_at: u32,
+}
+
+#[inline(always)]
+fn prefetch(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, whatever the address
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
+/// The header of an object and the words after it (a dict's `ma_keys`, a list's `ob_item`).
+#[inline(always)]
+fn prefetch_object(object: *mut ffi::PyObject) {
+    let at = object.cast::<u8>().cast_const();
+    prefetch(at);
+    prefetch(at.wrapping_add(32));
+}
+
+/// The table of an exact dict: its header, index and first entries.
+///
+/// # Safety
+/// `object` is a live object and the GIL is held.
+#[inline(always)]
+unsafe fn prefetch_table(object: *mut ffi::PyObject) {
+    if ffi::Py_TYPE(object) == std::ptr::addr_of_mut!(ffi::PyDict_Type) {
+        let keys = (*object.cast::<ffi::PyDictObject>()).ma_keys.cast::<u8>();
+        if !keys.is_null() {
+            prefetch(keys);
+            prefetch(keys.wrapping_add(64));
+            prefetch(keys.wrapping_add(128));
+        }
+    }
+}
+
+impl Lookahead {
+    pub fn new() -> Self {
+        Lookahead {
+            ring: [NOTHING; RING],
+            keys: [std::ptr::null_mut(); 3],
+            taken_at: u32::MAX,
+        }
+    }
+
+    /// One step before message `index` of the `len` items at `items` is read.
+    ///
+    /// # Safety
+    /// `items` holds the `len` live items of the message list, the GIL is held, and no Python
+    /// code runs during the walk (nothing changes the objects).
+    pub unsafe fn step(
+        &mut self,
+        py: Python<'_>,
+        src: &PySource<'_>,
+        items: *const *mut ffi::PyObject,
+        len: usize,
+        index: usize,
+    ) {
+        if self.taken_at != src.unadopted() {
+            for (slot, field) in self
+                .keys
+                .iter_mut()
+                .zip([Field::Info, Field::Parts, Field::State])
+            {
+                *slot = src
+                    .key(field)
+                    .map_or(std::ptr::null_mut(), |(key, _)| key.as_ptr());
+            }
+            self.taken_at = src.unadopted();
+        }
+        let [info_key, parts_key, state_key] = self.keys;
+        let at = |ahead: usize| Some(index + ahead).filter(|&k| k < len);
+        // level 0: the message dict
+        if let Some(k) = at(DEPTH) {
+            prefetch_object(*items.add(k));
+        }
+        // level 1: its table
+        if let Some(k) = at(DEPTH - 1) {
+            prefetch_table(*items.add(k));
+        }
+        // level 2: `info` and `parts`
+        if let Some(k) = at(DEPTH - 2) {
+            let found = &mut self.ring[k % RING];
+            (found.info, found.parts, found.items, found.count) = (
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                0,
+            );
+            for entry in dict::str_entries(py, *items.add(k)).unwrap_or(&[]) {
+                if entry.key == info_key {
+                    found.info = entry.value;
+                } else if entry.key == parts_key {
+                    found.parts = entry.value;
+                }
+            }
+            for object in [found.info, found.parts] {
+                if !object.is_null() {
+                    prefetch_object(object);
+                }
+            }
+        }
+        // level 3: the table of `info`, the item array of `parts`
+        if let Some(k) = at(DEPTH - 3) {
+            let found = &mut self.ring[k % RING];
+            if !found.info.is_null() {
+                prefetch_table(found.info);
+            }
+            let parts = found.parts;
+            if !parts.is_null() && ffi::Py_TYPE(parts) == std::ptr::addr_of_mut!(ffi::PyList_Type) {
+                let list = parts.cast::<ffi::PyListObject>();
+                let count = usize::try_from((*list).ob_base.ob_size).unwrap_or(0);
+                found.items = (*list).ob_item.cast_const();
+                found.count = if found.items.is_null() {
+                    0
+                } else {
+                    count.min(PARTS)
+                };
+                let array = found.items.cast::<u8>();
+                prefetch(array);
+                if found.count > 8 {
+                    prefetch(array.wrapping_add(64));
+                }
+            }
+        }
+        // level 4: the values of `info`, the part dicts
+        if let Some(k) = at(DEPTH - 4) {
+            let found = &self.ring[k % RING];
+            if !found.info.is_null() {
+                for entry in dict::str_entries(py, found.info).unwrap_or(&[]) {
+                    if !entry.value.is_null() {
+                        prefetch(entry.value.cast());
+                    }
+                }
+            }
+            for n in 0..found.count {
+                prefetch_object(*found.items.add(n));
+            }
+        }
+        // level 5: the tables of the part dicts
+        if let Some(k) = at(DEPTH - 5) {
+            let found = &self.ring[k % RING];
+            for n in 0..found.count {
+                prefetch_table(*found.items.add(n));
+            }
+        }
+        // level 6: the values of the part dicts (`type`, `text`, `tool`, `state`, …)
+        if let Some(k) = at(DEPTH - 6) {
+            let found = &mut self.ring[k % RING];
+            for n in 0..found.count {
+                let mut state = std::ptr::null_mut();
+                for entry in dict::str_entries(py, *found.items.add(n)).unwrap_or(&[]) {
+                    if !entry.value.is_null() {
+                        prefetch(entry.value.cast());
+                        if entry.key == state_key {
+                            state = entry.value;
+                        }
+                    }
+                }
+                found.states[n] = state;
+            }
+        }
+        // level 7: the table of each part's `state`
+        if let Some(k) = at(DEPTH - 7) {
+            let found = &self.ring[k % RING];
+            for &state in &found.states[..found.count] {
+                if !state.is_null() {
+                    prefetch_table(state);
+                }
+            }
+        }
+    }
+}
