@@ -391,9 +391,9 @@ class _Items(list):
     pass
 
 
-@pytest.mark.parametrize("length", [1, 7, 8, 9, 17, 30])
+@pytest.mark.parametrize("length", [1, 9, 10, 11, 17, 30])
 def test_the_walks_look_ahead_changes_nothing(length):
-    """Before each message the borrowed walk loads the next ones' objects (up to 8 ahead): on
+    """Before each message the borrowed walk loads the next ones' objects (up to 10 ahead): on
     any objects it meets ahead, and at every distance from the end of the list, the session
     reads as the reference reads it, faults included."""
     plain = session_objects(length, "mixed")

@@ -18,11 +18,12 @@ use super::py::PySource;
 use super::Field;
 
 /// How many messages ahead the message dict is loaded; one level deeper each message after.
-const DEPTH: usize = 8;
+const DEPTH: usize = 10;
 /// Messages whose derived pointers are kept (a power of two above `DEPTH`).
 const RING: usize = 16;
 /// The parts of a message looked at, at most (a longer list's other parts are the walk's).
 const PARTS: usize = 16;
+const _: () = assert!(DEPTH < RING && RING.is_power_of_two());
 
 /// What a message's upper levels gave, for the deeper ones.
 #[derive(Clone, Copy)]
@@ -183,7 +184,7 @@ impl Lookahead {
             if !found.info.is_null() {
                 for entry in dict::str_entries(py, found.info).unwrap_or(&[]) {
                     if !entry.value.is_null() {
-                        prefetch(entry.value.cast());
+                        prefetch_object(entry.value);
                     }
                 }
             }
@@ -205,7 +206,7 @@ impl Lookahead {
                 let mut state = std::ptr::null_mut();
                 for entry in dict::str_entries(py, *found.items.add(n)).unwrap_or(&[]) {
                     if !entry.value.is_null() {
-                        prefetch(entry.value.cast());
+                        prefetch_object(entry.value);
                         if entry.key == state_key {
                             state = entry.value;
                         }
@@ -220,6 +221,32 @@ impl Lookahead {
             for &state in &found.states[..found.count] {
                 if !state.is_null() {
                     prefetch_table(state);
+                }
+            }
+        }
+        // level 8: the values of each `state` (`status`, `input`, `output`, `time`, …)
+        if let Some(k) = at(DEPTH - 8) {
+            let found = &self.ring[k % RING];
+            for &state in &found.states[..found.count] {
+                if !state.is_null() {
+                    for entry in dict::str_entries(py, state).unwrap_or(&[]) {
+                        if !entry.value.is_null() {
+                            prefetch_object(entry.value);
+                        }
+                    }
+                }
+            }
+        }
+        // level 9: the tables of the dicts among them (`input`, `time`)
+        if let Some(k) = at(DEPTH - 9) {
+            let found = &self.ring[k % RING];
+            for &state in &found.states[..found.count] {
+                if !state.is_null() {
+                    for entry in dict::str_entries(py, state).unwrap_or(&[]) {
+                        if !entry.value.is_null() {
+                            prefetch_table(entry.value);
+                        }
+                    }
                 }
             }
         }
