@@ -260,7 +260,16 @@ impl<'py> Source for BorrowedSource<'_, 'py> {
     fn ahead(&mut self, list: &Items, index: usize) {
         if let Some(ahead) = self.ahead.as_mut() {
             // SAFETY: see above; `list` is the message list (only it is read ahead of)
-            unsafe { ahead.step(self.py, self.inner, list.base(), list.len, index) };
+            unsafe {
+                ahead.step(
+                    self.py,
+                    self.inner,
+                    list.base(),
+                    list.len,
+                    index,
+                    &self.hints,
+                )
+            };
         }
     }
 

@@ -10,12 +10,38 @@
 //! another. Only reads and prefetch hints: no reference count, no call, nothing written to the
 //! objects; anything that is not an exact `dict` or `list` is left to the walk.
 
+use std::cell::Cell;
+
 use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::dict;
-use super::py::PySource;
+use super::dict::Entry;
+use super::py::{PySource, ALL_FIELDS as ALL, FIELDS};
 use super::Field;
+
+/// The fields of `info`, of a part and of a `state` whose values the walk reads.
+const INFO_FIELDS: [Field; 5] = [
+    Field::Role,
+    Field::Id,
+    Field::ParentId,
+    Field::Summary,
+    Field::InfoError,
+];
+const PART_FIELDS: [Field; 5] = [
+    Field::Type,
+    Field::Text,
+    Field::Tool,
+    Field::PartName,
+    Field::State,
+];
+const STATE_FIELDS: [Field; 5] = [
+    Field::Status,
+    Field::Input,
+    Field::Output,
+    Field::StateError,
+    Field::Time,
+];
 
 /// How many messages ahead the message dict is loaded; one level deeper each message after.
 const DEPTH: usize = 10;
@@ -48,8 +74,8 @@ const NOTHING: Found = Found {
 /// The look-ahead of one walk.
 pub struct Lookahead {
     ring: [Found; RING],
-    /// the key objects of `info`, `parts` and `state` the walk looks up with now
-    keys: [*mut ffi::PyObject; 3],
+    /// the key object of each field that the walk looks up with now
+    keys: [*mut ffi::PyObject; FIELDS],
     /// `PySource::unadopted` when `keys` were taken (`u32::MAX`: never)
     taken_at: u32,
 }
@@ -93,7 +119,7 @@ impl Lookahead {
     pub fn new() -> Self {
         Lookahead {
             ring: [NOTHING; RING],
-            keys: [std::ptr::null_mut(); 3],
+            keys: [std::ptr::null_mut(); FIELDS],
             taken_at: u32::MAX,
         }
     }
@@ -110,20 +136,25 @@ impl Lookahead {
         items: *const *mut ffi::PyObject,
         len: usize,
         index: usize,
+        hints: &[Cell<usize>; FIELDS],
     ) {
         if self.taken_at != src.unadopted() {
-            for (slot, field) in self
-                .keys
-                .iter_mut()
-                .zip([Field::Info, Field::Parts, Field::State])
-            {
-                *slot = src
-                    .key(field)
+            for (at, slot) in self.keys.iter_mut().enumerate() {
+                *slot = ALL
+                    .get(at)
+                    .and_then(|&field| src.key(field))
                     .map_or(std::ptr::null_mut(), |(key, _)| key.as_ptr());
             }
             self.taken_at = src.unadopted();
         }
-        let [info_key, parts_key, state_key] = self.keys;
+        let key = |field: Field| self.keys[field as usize];
+        let (info_key, parts_key) = (key(Field::Info), key(Field::Parts));
+        // the value of `field` in `entries`, where the walk found that field last
+        let hinted =
+            |entries: &[Entry], field: Field| match entries.get(hints[field as usize].get()) {
+                Some(entry) if entry.key == key(field) => entry.value,
+                _ => std::ptr::null_mut(),
+            };
         let at = |ahead: usize| Some(index + ahead).filter(|&k| k < len);
         // level 0: the message dict
         if let Some(k) = at(DEPTH) {
@@ -182,9 +213,11 @@ impl Lookahead {
         if let Some(k) = at(DEPTH - 4) {
             let found = &self.ring[k % RING];
             if !found.info.is_null() {
-                for entry in dict::str_entries(py, found.info).unwrap_or(&[]) {
-                    if !entry.value.is_null() {
-                        prefetch_object(entry.value);
+                let entries = dict::str_entries(py, found.info).unwrap_or(&[]);
+                for field in INFO_FIELDS {
+                    let value = hinted(entries, field);
+                    if !value.is_null() {
+                        prefetch_object(value);
                     }
                 }
             }
@@ -203,16 +236,14 @@ impl Lookahead {
         if let Some(k) = at(DEPTH - 6) {
             let found = &mut self.ring[k % RING];
             for n in 0..found.count {
-                let mut state = std::ptr::null_mut();
-                for entry in dict::str_entries(py, *found.items.add(n)).unwrap_or(&[]) {
-                    if !entry.value.is_null() {
-                        prefetch_object(entry.value);
-                        if entry.key == state_key {
-                            state = entry.value;
-                        }
+                let entries = dict::str_entries(py, *found.items.add(n)).unwrap_or(&[]);
+                for field in PART_FIELDS {
+                    let value = hinted(entries, field);
+                    if !value.is_null() {
+                        prefetch_object(value);
                     }
                 }
-                found.states[n] = state;
+                found.states[n] = hinted(entries, Field::State);
             }
         }
         // level 7: the table of each part's `state`
@@ -229,9 +260,11 @@ impl Lookahead {
             let found = &self.ring[k % RING];
             for &state in &found.states[..found.count] {
                 if !state.is_null() {
-                    for entry in dict::str_entries(py, state).unwrap_or(&[]) {
-                        if !entry.value.is_null() {
-                            prefetch_object(entry.value);
+                    let entries = dict::str_entries(py, state).unwrap_or(&[]);
+                    for field in STATE_FIELDS {
+                        let value = hinted(entries, field);
+                        if !value.is_null() {
+                            prefetch_object(value);
                         }
                     }
                 }
@@ -242,9 +275,11 @@ impl Lookahead {
             let found = &self.ring[k % RING];
             for &state in &found.states[..found.count] {
                 if !state.is_null() {
-                    for entry in dict::str_entries(py, state).unwrap_or(&[]) {
-                        if !entry.value.is_null() {
-                            prefetch_table(entry.value);
+                    let entries = dict::str_entries(py, state).unwrap_or(&[]);
+                    for field in [Field::Input, Field::Time] {
+                        let value = hinted(entries, field);
+                        if !value.is_null() {
+                            prefetch_table(value);
                         }
                     }
                 }

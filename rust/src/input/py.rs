@@ -223,7 +223,7 @@ impl<'py> PySource<'py> {
 }
 
 pub(super) const FIELDS: usize = 23;
-const ALL_FIELDS: [Field; FIELDS] = [
+pub(super) const ALL_FIELDS: [Field; FIELDS] = [
     Field::Info,
     Field::Parts,
     Field::Role,
