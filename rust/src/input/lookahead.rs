@@ -7,7 +7,9 @@
 //! deeper into each of the messages after it: the message `DEPTH` ahead gets its dict loaded,
 //! the next one its deepest level. Each level's objects are found from the level above,
 //! loaded a step earlier, so the misses of several messages overlap instead of following one
-//! another. Only reads and prefetch hints: no reference count, no call, nothing written to the
+//! another. Of a dict only the values the walk reads are loaded, each looked for at the entry
+//! where the walk found the same field last (its hints: dicts of one shape keep their keys in
+//! place). Only reads and prefetch hints: no reference count, no call, nothing written to the
 //! objects; anything that is not an exact `dict` or `list` is left to the walk.
 
 use std::cell::Cell;
@@ -91,7 +93,8 @@ fn prefetch(at: *const u8) {
     let _ = at;
 }
 
-/// The header of an object and the words after it (a dict's `ma_keys`, a list's `ob_item`).
+/// The header of an object and the words after it (a dict's `ma_keys`, a list's `ob_item`,
+/// a short string's characters).
 #[inline(always)]
 fn prefetch_object(object: *mut ffi::PyObject) {
     let at = object.cast::<u8>().cast_const();
@@ -111,6 +114,22 @@ unsafe fn prefetch_table(object: *mut ffi::PyObject) {
             prefetch(keys);
             prefetch(keys.wrapping_add(64));
             prefetch(keys.wrapping_add(128));
+        }
+    }
+}
+
+/// `load` the value of each of `fields` that `hinted` finds in `entries`.
+#[inline(always)]
+fn load_values(
+    entries: &[Entry],
+    fields: &[Field],
+    hinted: impl Fn(&[Entry], Field) -> *mut ffi::PyObject,
+    load: impl Fn(*mut ffi::PyObject),
+) {
+    for &field in fields {
+        let value = hinted(entries, field);
+        if !value.is_null() {
+            load(value);
         }
     }
 }
@@ -149,12 +168,22 @@ impl Lookahead {
         }
         let key = |field: Field| self.keys[field as usize];
         let (info_key, parts_key) = (key(Field::Info), key(Field::Parts));
-        // the value of `field` in `entries`, where the walk found that field last
+        // the value of `field` in `dict` (null: none), looked for only at the entry where the
+        // walk found that field last
         let hinted =
             |entries: &[Entry], field: Field| match entries.get(hints[field as usize].get()) {
                 Some(entry) if entry.key == key(field) => entry.value,
                 _ => std::ptr::null_mut(),
             };
+        // `load` each value of `fields` that `dict` (null: none) has
+        // the entries of `dict` (none for null or a dict the probe cannot read)
+        let entries = |dict: *mut ffi::PyObject| {
+            if dict.is_null() {
+                &[]
+            } else {
+                dict::str_entries(py, dict).unwrap_or(&[])
+            }
+        };
         let at = |ahead: usize| Some(index + ahead).filter(|&k| k < len);
         // level 0: the message dict
         if let Some(k) = at(DEPTH) {
@@ -212,15 +241,7 @@ impl Lookahead {
         // level 4: the values of `info`, the part dicts
         if let Some(k) = at(DEPTH - 4) {
             let found = &self.ring[k % RING];
-            if !found.info.is_null() {
-                let entries = dict::str_entries(py, found.info).unwrap_or(&[]);
-                for field in INFO_FIELDS {
-                    let value = hinted(entries, field);
-                    if !value.is_null() {
-                        prefetch_object(value);
-                    }
-                }
-            }
+            load_values(entries(found.info), &INFO_FIELDS, hinted, prefetch_object);
             for n in 0..found.count {
                 prefetch_object(*found.items.add(n));
             }
@@ -236,14 +257,10 @@ impl Lookahead {
         if let Some(k) = at(DEPTH - 6) {
             let found = &mut self.ring[k % RING];
             for n in 0..found.count {
-                let entries = dict::str_entries(py, *found.items.add(n)).unwrap_or(&[]);
-                for field in PART_FIELDS {
-                    let value = hinted(entries, field);
-                    if !value.is_null() {
-                        prefetch_object(value);
-                    }
-                }
-                found.states[n] = hinted(entries, Field::State);
+                let part = *found.items.add(n);
+                let fields = entries(part);
+                load_values(fields, &PART_FIELDS, hinted, prefetch_object);
+                found.states[n] = hinted(fields, Field::State);
             }
         }
         // level 7: the table of each part's `state`
@@ -259,30 +276,15 @@ impl Lookahead {
         if let Some(k) = at(DEPTH - 8) {
             let found = &self.ring[k % RING];
             for &state in &found.states[..found.count] {
-                if !state.is_null() {
-                    let entries = dict::str_entries(py, state).unwrap_or(&[]);
-                    for field in STATE_FIELDS {
-                        let value = hinted(entries, field);
-                        if !value.is_null() {
-                            prefetch_object(value);
-                        }
-                    }
-                }
+                load_values(entries(state), &STATE_FIELDS, hinted, prefetch_object);
             }
         }
         // level 9: the tables of the dicts among them (`input`, `time`)
         if let Some(k) = at(DEPTH - 9) {
             let found = &self.ring[k % RING];
             for &state in &found.states[..found.count] {
-                if !state.is_null() {
-                    let entries = dict::str_entries(py, state).unwrap_or(&[]);
-                    for field in [Field::Input, Field::Time] {
-                        let value = hinted(entries, field);
-                        if !value.is_null() {
-                            prefetch_table(value);
-                        }
-                    }
-                }
+                let fields = [Field::Input, Field::Time];
+                load_values(entries(state), &fields, hinted, |v| prefetch_table(v));
             }
         }
     }
