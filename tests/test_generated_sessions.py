@@ -323,7 +323,7 @@ LONG_PROBE_SEEDS = (22873, 20882, 4955)
 _LONG_PROBE_CHECK = """
 import sys
 sys.path[:0] = sys.argv[1:3]
-from asyncagents import ForkInputError, _core, build_fork_context
+from asyncagents import _core, build_fork_context
 from generate import SHAPES, session_objects
 from test_generated_sessions import _probe_length, _slots_of
 for shape in SHAPES:
@@ -366,8 +366,8 @@ def test_an_absent_key_with_a_probe_longer_than_its_table_is_read_borrowed(seed)
 
 def _odd_messages() -> list[object]:
     """Messages the walk's look-ahead meets before the walk does: containers it leaves alone
-    (tuples, subclasses, other types), parts past the ones it looks at, deleted entries, and
-    faults that stop the borrowed walk."""
+    (a tuple, a list subclass, dict subclasses), more parts than it follows, and deleted
+    entries (a malformed message is the test's own case)."""
     base = session_objects(12, "mixed")
     many_parts = json.loads(json.dumps(base[1]))
     many_parts["parts"] = many_parts["parts"] * 20  # more parts than the look-ahead follows

@@ -47,7 +47,7 @@ struct BorrowedSource<'a, 'py> {
     py: Python<'py>,
     inner: &'a mut PySource<'py>,
     hints: [Cell<usize>; FIELDS],
-    ahead: Option<Lookahead>,
+    ahead: Lookahead,
 }
 
 /// Read every message of `list` as `read_messages` does with a `PySource`, borrowed. On
@@ -69,7 +69,7 @@ pub fn read_borrowed<'py>(
         py,
         inner: src,
         hints: std::array::from_fn(|_| Cell::new(usize::MAX)),
-        ahead: Some(Lookahead::new()),
+        ahead: Lookahead::new(),
     };
     // Nothing below runs Python code (see `Source for BorrowedSource`), so every object
     // reached stays alive and unchanged while it is read.
@@ -258,19 +258,17 @@ impl<'py> Source for BorrowedSource<'_, 'py> {
 
     #[inline(always)]
     fn ahead(&mut self, list: &Items, index: usize) {
-        if let Some(ahead) = self.ahead.as_mut() {
-            // SAFETY: see above; `list` is the message list (only it is read ahead of)
-            unsafe {
-                ahead.step(
-                    self.py,
-                    self.inner,
-                    list.base(),
-                    list.len,
-                    index,
-                    &self.hints,
-                )
-            };
-        }
+        // SAFETY: see above; `list` is the message list (only it is read ahead of)
+        unsafe {
+            self.ahead.step(
+                self.py,
+                self.inner,
+                list.base(),
+                list.len,
+                index,
+                &self.hints,
+            )
+        };
     }
 
     fn input(&mut self, state: &Obj, _loc: Loc) -> Result<Option<Span>, Stop> {

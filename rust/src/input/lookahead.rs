@@ -44,6 +44,8 @@ const STATE_FIELDS: [Field; 5] = [
     Field::StateError,
     Field::Time,
 ];
+/// The fields of a `state` whose values are dicts the walk reads into.
+const STATE_DICTS: [Field; 2] = [Field::Input, Field::Time];
 
 /// How many messages ahead the message dict is loaded; one level deeper each message after.
 const DEPTH: usize = 10;
@@ -158,24 +160,21 @@ impl Lookahead {
         hints: &[Cell<usize>; FIELDS],
     ) {
         if self.taken_at != src.unadopted() {
-            for (at, slot) in self.keys.iter_mut().enumerate() {
-                *slot = ALL
-                    .get(at)
-                    .and_then(|&field| src.key(field))
-                    .map_or(std::ptr::null_mut(), |(key, _)| key.as_ptr());
-            }
+            self.keys = ALL.map(|field| {
+                src.key(field)
+                    .map_or(std::ptr::null_mut(), |(key, _)| key.as_ptr())
+            });
             self.taken_at = src.unadopted();
         }
         let key = |field: Field| self.keys[field as usize];
         let (info_key, parts_key) = (key(Field::Info), key(Field::Parts));
-        // the value of `field` in `dict` (null: none), looked for only at the entry where the
-        // walk found that field last
+        // the value of `field` in `entries` (null: none), looked for only at the entry where
+        // the walk found that field last
         let hinted =
             |entries: &[Entry], field: Field| match entries.get(hints[field as usize].get()) {
                 Some(entry) if entry.key == key(field) => entry.value,
                 _ => std::ptr::null_mut(),
             };
-        // `load` each value of `fields` that `dict` (null: none) has
         // the entries of `dict` (none for null or a dict the probe cannot read)
         let entries = |dict: *mut ffi::PyObject| {
             if dict.is_null() {
@@ -283,8 +282,7 @@ impl Lookahead {
         if let Some(k) = at(DEPTH - 9) {
             let found = &self.ring[k % RING];
             for &state in &found.states[..found.count] {
-                let fields = [Field::Input, Field::Time];
-                load_values(entries(state), &fields, hinted, |v| prefetch_table(v));
+                load_values(entries(state), &STATE_DICTS, hinted, |v| prefetch_table(v));
             }
         }
     }
