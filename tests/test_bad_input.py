@@ -687,6 +687,74 @@ def test_a_head_fault_is_found_in_every_message(engine, bad, where, detail):
             check(data, engine, f"messages[{index}]{where}", detail)
 
 
+def test_the_first_head_fault_in_list_order_is_raised_wherever_the_reading_meets_it(engine):
+    """The reference reads the messages after the boundary from the newest and the history
+    before it by head only, in list order (`_read_heads`): whichever part meets a fault
+    first, the first fault in list order is the one raised."""
+    type_fault = {"info": {"id": 5, "role": "assistant"}, "parts": []}
+    parts_fault = {"info": {"role": "user"}, "parts": [{"type": "text"}, 7]}
+    late_fault = {"info": {"role": "assistant", "parentID": 5}, "parts": []}
+    history = [user(f"msg_h{i}", {"type": "text", "text": f"old {i}"}) for i in range(4)]
+    doc = [
+        history[0],
+        type_fault,
+        history[1],
+        parts_fault,
+        *history[2:],
+        _MARKER,
+        _SUMMARY,
+        _AFTER,
+        late_fault,
+    ]
+    expected = [
+        (1, ".info.id", "expected a string"),
+        (2, ".parts[1]", "expected an object"),
+        (7, ".info.parentID", "expected a string"),
+    ]
+    for index, where, detail in expected:
+        for data in as_forms(doc):
+            check(data, engine, f"messages[{index}]{where}", detail)
+        doc.remove(doc[index])
+
+
+def test_odd_heads_in_a_history_compaction_drops_are_read_like_plain_ones(engine):
+    """Heads the reference does not read inline (a dict subclass, a role that is not set, ids
+    that are not ASCII, a tuple of parts, a compaction part in a dict subclass) give the same
+    fork as plain ones, and a lone surrogate in one is found where it is."""
+
+    class Sub(dict):  # type: ignore[type-arg]
+        pass
+
+    plain = [
+        user("msg_h0", {"type": "text", "text": "old"}),
+        {"info": {"id": "msg_h1"}, "parts": []},
+        {"info": {"id": "msg_h2", "role": "assistant", "parentID": "msg_h1"}, "parts": []},
+        user("msg_h3", {"type": "text", "text": "old"}, compaction("msg_h0")),
+    ]
+    odd = [
+        Sub(plain[0]),
+        {"info": {"id": "msg_h1", "role": None}, "parts": ()},
+        {"info": {"id": "msg_h2", "role": "assistant", "parentID": "msg_h1"}, "parts": []},
+        {
+            "info": Sub(plain[3]["info"]),
+            "parts": [{"type": "text", "text": "old"}, Sub(compaction("msg_h0"))],
+        },
+    ]
+    tail = [_MARKER, _SUMMARY, _AFTER]
+    expected = build_fork_context([*plain, *tail], engine=engine)
+    assert build_fork_context([*odd, *tail], engine=engine) == expected
+    assert expected.stats.compaction_slice_index == 5
+    # ids that are not ASCII: read and checked by the full reader
+    renamed = [
+        {**message, "info": {**message["info"], "id": message["info"]["id"] + "é"}}
+        for message in plain
+    ]
+    forked = build_fork_context([*renamed, *tail], engine=engine)
+    assert forked.stats.compaction_slice_index == 5
+    surrogate = {"info": {"id": "msg_\ud800", "role": "assistant"}, "parts": []}
+    check([*plain[:2], surrogate, *tail], engine, "messages[2].info.id", "contains a lone surrogate")
+
+
 @pytest.mark.parametrize("form", ["objects", "json"])
 def test_one_session_counts_only_the_body_faults_each_render_keeps(form):
     """`ParsedSession.render` counts a body's fault only if its `kept` holds the message; the

@@ -372,6 +372,24 @@ def test_parameter_json_matches_python_json_dumps(value, ensure_ascii):
             )
 
 
+@SETTINGS
+@given(JSON_VALUE | NON_FINITE)
+def test_the_references_parameter_dump_is_json_dumps_with_or_without_the_c_encoder(value):
+    """`dump_input` calls the standard library's C encoder directly, and `JSONEncoder.encode`
+    where there is none: both give exactly `json.dumps`."""
+    from asyncagents.reference import session
+
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    assert session._C_ENCODE is not None  # CPython has it: the common path is the one tested
+    assert session.dump_input(value) == expected
+    c_encode = session._C_ENCODE
+    try:
+        session._C_ENCODE = None
+        assert session.dump_input(value) == expected
+    finally:
+        session._C_ENCODE = c_encode
+
+
 SPACE = st.sampled_from(["", " ", "\n", "\t", "\r\n  ", "  "])
 NUMBER_TEXT = st.sampled_from(
     [
