@@ -9,7 +9,7 @@ from ..compaction import CompactionSlice, slice_at_compaction
 from ..config import ForkConfig
 from .budget import FRAME, Fitted, fit_to_budget, must_remove
 from .session import Message, Rendered, check_written, read_bodies, read_session
-from .transcript import format_message
+from .transcript import format_message, params_limits
 from .truncate import ResultCounts, ResultTiers
 
 
@@ -40,6 +40,7 @@ def render_newest_first(
     tiers = ResultTiers(config)
     blocks: list[tuple[str, str]] = []
     renders: list[Rendered | None] = []
+    limits = params_limits(config)
     size = FRAME
     rendering = True
     for message in reversed(kept):
@@ -50,7 +51,7 @@ def render_newest_first(
         rendered: Rendered = {
             result: tiers.take(result, render=True) for result in reversed(message.results)
         }
-        head, body = format_message(message, rendered, config)
+        head, body = format_message(message, rendered, limits)
         blocks.append((head, body))
         renders.append(rendered if message.unchecked else None)
         size += len(head) + len(body)

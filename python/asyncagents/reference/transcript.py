@@ -17,6 +17,16 @@ def label(role: str | None) -> str:
     return role[0].upper() + role[1:]
 
 
+#: the label line of the two common roles, made once
+_HEADS = {"user": "\nUser:", "assistant": "\nAgent:"}
+
+
+def params_limits(config: ForkConfig) -> tuple[int, int, int, int]:
+    """The parameter limit of a tool call by the tier of its result, 0 for a call without
+    one (which gets tier 1's): looked up by `format_message` for every call it writes."""
+    return (config.params_tier1, config.params_tier1, config.params_tier2, config.params_tier3)
+
+
 def params_preview(call: ToolCall, limit: int) -> str:
     """`[Tool: name]`, then the parameters JSON cut to `limit` characters plus `...`."""
     if call.state is None or "input" not in call.state:
@@ -28,12 +38,15 @@ def params_preview(call: ToolCall, limit: int) -> str:
 
 
 def format_message(
-    message: Message, rendered: dict[ToolCall | ToolResult, tuple[str, int]], config: ForkConfig
+    message: Message,
+    rendered: dict[ToolCall | ToolResult, tuple[str, int]],
+    limits: tuple[int, int, int, int],
 ) -> tuple[str, str]:
     """The message's label line and its body (every following line, each led by a newline).
 
-    `rendered` holds the cut text and tier of each result of the message. The parts are walked
-    from the last, so that a legacy call knows the tier of the tool_result after it.
+    `rendered` holds the cut text and tier of each result of the message; `limits` are the
+    parameter limits by tier (`params_limits`). The parts are walked from the last, so that
+    a legacy call knows the tier of the tool_result after it.
     """
     lines: list[str] = []
     next_tier = 0  # tier of the nearest tool_result after this part; 0: none
@@ -52,11 +65,11 @@ def format_message(
         if result is not None:
             lines += (result[0], "[Tool result]")
         tier = next_tier if part.legacy else result[1] if result is not None else 0
-        limit = config.params_limit(tier) if tier else config.params_tier1
-        lines.append(params_preview(part, limit))
+        lines.append(params_preview(part, limits[tier]))
     lines.append("")  # first once reversed: the join then leads with a newline, no copy
     lines.reverse()
     if message.error_line is not None:
         lines.append(message.error_line)
     body = "\n".join(lines) if len(lines) > 1 else ""
-    return "\n" + label(message.role) + ":", body
+    head = _HEADS.get(message.role or "") or "\n" + label(message.role) + ":"
+    return head, body
