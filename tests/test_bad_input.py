@@ -752,7 +752,8 @@ def test_odd_heads_in_a_history_compaction_drops_are_read_like_plain_ones(engine
     forked = build_fork_context([*renamed, *tail], engine=engine)
     assert forked.stats.compaction_slice_index == 5
     surrogate = {"info": {"id": "msg_\ud800", "role": "assistant"}, "parts": []}
-    check([*plain[:2], surrogate, *tail], engine, "messages[2].info.id", "contains a lone surrogate")
+    lone = "contains a lone surrogate"
+    check([*plain[:2], surrogate, *tail], engine, "messages[2].info.id", lone)
 
 
 @pytest.mark.parametrize("form", ["objects", "json"])

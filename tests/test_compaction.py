@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from asyncagents import ForkConfig
 from fork_builders import assistant, block, compaction, framed, text, tool, user
 
@@ -298,19 +299,26 @@ def test_compaction_line_in_the_preamble(fork):
     )
 
 
-def _bodies_read_first(messages: list[dict]) -> list[int]:
-    """Indexes of the messages whose bodies the reference reads in its first pass."""
+def _bodies_read_first(messages: list[dict], engine: str = "python") -> list[int]:
+    """Indexes of the messages whose bodies an engine reads in its first pass (the Rust walk of
+    Python objects reads them from `bodies_from` on)."""
+    from asyncagents import _core
     from asyncagents.reference.session import read_session
 
+    if engine == "rust":
+        return list(range(_core.from_objects(messages).bodies_from, len(messages)))
     return sorted(read_session(messages).records)
 
 
-def test_the_reference_reads_each_kept_body_once_and_no_dropped_one():
-    """`read_session` reads bodies down to the boundary stage 1 slices at and through its tail
-    (never twice: `read_bodies` has nothing left), and only heads before that."""
+def test_each_engine_reads_each_kept_body_once_and_no_dropped_one(engine):
+    """Both read bodies down to the boundary stage 1 slices at and through its tail (the
+    reference never twice: `read_bodies` has nothing left), and only heads before that."""
 
     def history(n: int) -> list[dict]:
         return [user(f"msg_h{i}", text(f"old {i}")) for i in range(n)]
+
+    def read(messages: list[dict]) -> list[int]:
+        return _bodies_read_first(messages, engine)
 
     tail = history(4)
     session = [
@@ -320,26 +328,51 @@ def test_the_reference_reads_each_kept_body_once_and_no_dropped_one():
         user("msg_12", text("new")),
     ]
     # the tail (2, 3), the marker, the summary and after; not 0 and 1
-    assert _bodies_read_first(session) == [2, 3, 4, 5, 6]
+    assert read(session) == [2, 3, 4, 5, 6]
     # a trailing marker without summary is not the boundary: the one before it is
-    assert _bodies_read_first([*session, user("msg_13", compaction("msg_h0"))]) == [
-        2, 3, 4, 5, 6, 7,
-    ]  # fmt: skip
+    assert read([*session, user("msg_13", compaction("msg_h0"))]) == [2, 3, 4, 5, 6, 7]
     # no tail (no tail_start_id, or one that is not before the marker): heads from the marker
     for tail_start in (None, "msg_12", "msg_10"):
         changed = [*tail, user("msg_10", compaction(tail_start)), *session[5:]]
-        assert _bodies_read_first(changed) == [4, 5, 6]
+        assert read(changed) == [4, 5, 6]
     # an unknown tail_start_id: stage 1 keeps no tail, the first pass reads every body
     unknown = [*tail, user("msg_10", compaction("msg_gone")), *session[5:]]
-    assert _bodies_read_first(unknown) == [0, 1, 2, 3, 4, 5, 6]
+    assert read(unknown) == [0, 1, 2, 3, 4, 5, 6]
     # no summary at all: every body, in one pass
-    assert _bodies_read_first(session[:5] + session[6:]) == [0, 1, 2, 3, 4, 5]
+    assert read(session[:5] + session[6:]) == [0, 1, 2, 3, 4, 5]
 
 
-def test_the_reference_reads_every_kept_body_of_the_generated_shapes_in_one_pass():
+def test_a_kept_message_older_than_the_bodies_read_is_read_by_a_second_walk():
+    """A summary before its marker (found by parentID) makes stage 1 keep messages older than
+    the boundary the walk read bodies down to: the Rust walk's render refuses them, and
+    `build_fork_context` walks again with every body, as the reference reads them later."""
+    from asyncagents import _core, build_fork_context
+
+    doc = [
+        user("msg_h0", text("old")),
+        summary("msg_s1", parent="msg_m2", body="EARLY SUMMARY"),
+        user("msg_h2", text("kept, before the boundary the walk met")),
+        user("msg_m1", compaction()),
+        summary("msg_s2", parent="msg_m1"),
+        user("msg_m2", compaction()),
+        user("msg_after", text("after")),
+    ]
+    session = _core.from_objects(doc)
+    assert session.bodies_from == 3  # the newest marker with a summary after it
+    with pytest.raises(ValueError, match="the body of message 1 was not read"):
+        session.render([1, 2, 3, 4, 5, 6], ForkConfig())
+    assert _core.from_objects(doc, every_body=True).bodies_from == 0
+    rust = build_fork_context(doc)
+    assert rust == build_fork_context(doc, engine="python")
+    assert rust.stats.compaction_slice_index == 1
+    assert "kept, before the boundary the walk met" in rust.context
+
+
+def test_both_engines_read_every_kept_body_of_the_generated_shapes_in_one_pass():
     import sys
     from pathlib import Path
 
+    from asyncagents import _core
     from asyncagents.compaction import slice_at_compaction
     from asyncagents.reference.session import read_session
 
@@ -348,8 +381,12 @@ def test_the_reference_reads_every_kept_body_of_the_generated_shapes_in_one_pass
 
     for size in (10, 200):
         for shape in SHAPES:
-            session = read_session(session_objects(size, shape))
+            messages = session_objects(size, shape)
+            session = read_session(messages)
             kept = set(slice_at_compaction(session.view).kept)
             assert kept <= session.records.keys(), (shape, size)
             # read but dropped: at most the marker of the boundary
             assert len(session.records.keys() - kept) <= 1, (shape, size)
+            # the Rust walk reads the same bodies
+            walked = _core.from_objects(messages).bodies_from
+            assert set(range(walked, size)) == session.records.keys(), (shape, size)

@@ -155,16 +155,21 @@ def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
         data = bytes(messages) if isinstance(messages, bytearray | memoryview) else messages
         session = _core.parse_json(data)  # type: ignore[arg-type]
     else:
+        objects: Any = messages
         try:
             # plain dicts, the common case: no Python-side pass over the list at all
-            session = _core.from_objects(messages)  # type: ignore[arg-type]
+            session = _core.from_objects(objects)
         except ForkInputError:
-            dumped = _without_models(messages)
-            if dumped is None:
+            objects = _without_models(messages)
+            if objects is None:
                 raise
-            session = _core.from_objects(dumped)
+            session = _core.from_objects(objects)
     count, markers, summaries = session.compaction_view()
     sliced = slice_at_compaction(CompactionView(count, markers, summaries, session.index_of))
+    if sliced.kept and min(sliced.kept) < session.bodies_from:
+        # stage 1 keeps a message older than the boundary the walk read bodies down to (a
+        # marker's summary before it, a repeated tail_start_id): rare, read them all
+        session = _core.from_objects(objects, every_body=True)
     out = session.render(sliced.kept, config)
     stats = {
         "final_count": out.final_count,

@@ -29,7 +29,7 @@ mod transcript;
 mod units;
 mod utf8;
 
-use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
@@ -50,12 +50,22 @@ pub struct ParsedSession {
     session: Session,
     /// the fault of each body that has one, by message index (ascending)
     faults: Vec<(usize, InputError)>,
+    /// the bodies of the messages from this index on were read (see `read_messages`)
+    bodies_from: usize,
 }
 
 #[pymethods]
 impl ParsedSession {
     fn __len__(&self) -> usize {
         self.session.messages.len()
+    }
+
+    /// The index of the oldest message whose body was read: a walk of Python objects reads
+    /// only the head of each message older than the compaction boundary and its tail. A render
+    /// that keeps an older one needs a walk with `every_body=True`.
+    #[getter]
+    fn bodies_from(&self) -> usize {
+        self.bodies_from
     }
 
     /// What stage 1 looks at: `(count, markers, summaries)`, where `markers` lists
@@ -105,6 +115,12 @@ impl ParsedSession {
         if let Some(bad) = kept.iter().find(|&&m| m >= count) {
             return Err(PyIndexError::new_err(format!(
                 "kept index {bad} out of range for {count} messages"
+            )));
+        }
+        if let Some(unread) = kept.iter().find(|&&m| m < self.bodies_from) {
+            return Err(PyValueError::new_err(format!(
+                "the body of message {unread} was not read (it lies before the compaction \
+                 boundary): walk the messages with every_body=True to render it"
             )));
         }
         self.check_bodies(&kept)?;
@@ -165,12 +181,16 @@ impl ParsedSession {
 
 /// The session of a walk of Python objects: its messages, their parts and what it kept.
 fn objects_session(src: PySource<'_>, messages: Vec<Message>, parts: Vec<Part>) -> Session {
+    let mut unchecked = src.unchecked;
+    // the walk reads from the newest: the check finds them by message, oldest first (a
+    // message's own stay in part order)
+    unchecked.sort_by_key(|u| u.loc.message());
     Session {
         source: Source::Objects {
             owned: src.arena,
             strings: src.strings,
             wide: src.wide,
-            unchecked: src.unchecked,
+            unchecked,
             inputs: src.inputs,
         },
         messages,
@@ -231,7 +251,11 @@ fn py_parse_json(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<ParsedSess
         return Err(PyTypeError::new_err("parse_json() takes bytes or str"));
     };
     let (session, faults) = py.detach(|| read_json(source))?;
-    Ok(ParsedSession { session, faults })
+    Ok(ParsedSession {
+        session,
+        faults,
+        bodies_from: 0,
+    })
 }
 
 /// The message list of parsed input: a list or tuple, or an export document's `messages`.
@@ -250,27 +274,36 @@ fn message_list<'py>(document: &Bound<'py, PyAny>) -> PyResult<Seq<'py>> {
 }
 
 /// Check and read a list of message dicts (or an export document), walking the Python objects
-/// directly. Long non-ASCII strings (texts, outputs, errors) are checked for lone surrogates by
-/// the renders, as far as their contexts write them (`surrogates.rs`).
-#[pyfunction(name = "from_objects")]
-fn py_from_objects(messages: &Bound<'_, PyAny>) -> PyResult<ParsedSession> {
+/// directly: every head, and the bodies stage 1 keeps (`read_messages`), or with `every_body`
+/// every body. Long non-ASCII strings (texts, outputs, errors) are checked for lone surrogates
+/// by the renders, as far as their contexts write them (`surrogates.rs`).
+#[pyfunction(name = "from_objects", signature = (messages, every_body = false))]
+fn py_from_objects(messages: &Bound<'_, PyAny>, every_body: bool) -> PyResult<ParsedSession> {
     let py = messages.py();
     let list = message_list(messages)?;
     // The common case, borrowed; anything it does not read is read again from the start,
     // with references and checked casts, which name the first fault (and keep a body's).
     let mut faults = Vec::new();
-    let (src, out, parts) = match walk_borrowed(py, &list) {
+    let (src, out, parts, bodies_from) = match walk_borrowed(py, &list, every_body) {
         Some(walked) => walked,
         None => {
             let mut src = PySource::new(py);
             let (mut out, mut parts) = (Vec::new(), Vec::new());
-            read_messages(&mut src, &list, &mut out, &mut parts, &mut faults)?;
-            (src, out, parts)
+            let bodies_from = read_messages(
+                &mut src,
+                &list,
+                &mut out,
+                &mut parts,
+                &mut faults,
+                every_body,
+            )?;
+            (src, out, parts, bodies_from)
         }
     };
     Ok(ParsedSession {
         session: objects_session(src, out, parts),
         faults,
+        bodies_from,
     })
 }
 
@@ -281,16 +314,17 @@ fn py_probes_dict_tables(py: Python<'_>) -> bool {
     input::dict::probing(py)
 }
 
-/// The messages of `list` read by the borrowed walk, with what it kept; `None` where it
-/// stopped.
+/// The messages of `list` read by the borrowed walk, with what it kept and where it began to
+/// read bodies; `None` where it stopped.
 fn walk_borrowed<'py>(
     py: Python<'py>,
     list: &Seq<'py>,
-) -> Option<(PySource<'py>, Vec<Message>, Vec<Part>)> {
+    every_body: bool,
+) -> Option<(PySource<'py>, Vec<Message>, Vec<Part>, usize)> {
     let mut src = PySource::new(py);
     let (mut out, mut parts) = (Vec::new(), Vec::new());
-    read_borrowed(py, &mut src, list, &mut out, &mut parts).ok()?;
-    Some((src, out, parts))
+    let bodies_from = read_borrowed(py, &mut src, list, &mut out, &mut parts, every_body).ok()?;
+    Some((src, out, parts, bodies_from))
 }
 
 /// Whether the borrowed walk reads these messages to the end, without handing them to the
@@ -298,7 +332,7 @@ fn walk_borrowed<'py>(
 #[pyfunction(name = "_walks_borrowed")]
 fn py_walks_borrowed(messages: &Bound<'_, PyAny>) -> PyResult<bool> {
     let list = message_list(messages)?;
-    Ok(walk_borrowed(messages.py(), &list).is_some())
+    Ok(walk_borrowed(messages.py(), &list, true).is_some())
 }
 
 #[pymodule]

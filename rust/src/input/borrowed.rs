@@ -50,7 +50,7 @@ struct BorrowedSource<'a, 'py> {
     ahead: Lookahead,
 }
 
-/// Read every message of `list` as `read_messages` does with a `PySource`, borrowed. On
+/// Read the messages of `list` as `read_messages` does with a `PySource`, borrowed. On
 /// `Err(Stop)` what `src`, `messages` and `parts` hold is to be thrown away. A fault stops
 /// the walk, in a body too, so nothing is ever kept in `faults`.
 pub fn read_borrowed<'py>(
@@ -59,7 +59,8 @@ pub fn read_borrowed<'py>(
     list: &Seq<'py>,
     messages: &mut Vec<Message>,
     parts: &mut Vec<Part>,
-) -> Result<(), Stop> {
+    every_body: bool,
+) -> Result<usize, Stop> {
     if !dict::probing(py) {
         return Err(Stop);
     }
@@ -73,7 +74,14 @@ pub fn read_borrowed<'py>(
     };
     // Nothing below runs Python code (see `Source for BorrowedSource`), so every object
     // reached stays alive and unchanged while it is read.
-    read_messages(&mut source, &items, messages, parts, &mut Vec::new())
+    read_messages(
+        &mut source,
+        &items,
+        messages,
+        parts,
+        &mut Vec::new(),
+        every_body,
+    )
 }
 
 /// The items of a `list` (or subclass: the same layout) or an exact `tuple`.
@@ -257,7 +265,8 @@ impl<'py> Source for BorrowedSource<'_, 'py> {
     }
 
     #[inline(always)]
-    fn ahead(&mut self, list: &Items, index: usize) {
+    fn ahead(&mut self, list: &Items, index: usize, bodies: bool) {
+        self.ahead.read_bodies(bodies);
         // SAFETY: see above; `list` is the message list (only it is read ahead of)
         unsafe {
             self.ahead.step(

@@ -1,15 +1,17 @@
-//! Loading the next messages' objects into the cache while the borrowed walk reads one.
+//! Loading the next messages' objects into the cache while the borrowed walk reads one (the
+//! walk reads from the newest, so the next ones are the older ones).
 //!
 //! The walk of a message list waits on memory: each object is found only by reading the one
 //! above it (the message dict, its table, `parts`, each part dict, its table, `state`, …), and
 //! on a list `json.loads` has just built, or any list too big for the cache, nearly every
 //! one of those reads is a miss. Before message `i` is read, `Lookahead::step` goes one level
-//! deeper into each of the messages after it: the message `DEPTH` ahead gets its dict loaded,
-//! the next one its deepest level. Each level's objects are found from the level above,
-//! loaded a step earlier, so the misses of several messages overlap instead of following one
-//! another. Of a dict only the values the walk reads are loaded, each looked for at the entry
-//! where the walk found the same field last (its hints: dicts of one shape keep their keys in
-//! place). Only reads and prefetch hints: no reference count, no call, nothing written to the
+//! deeper into each of the messages before it (`i - 1`, `i - 2`, …): the message `DEPTH`
+//! ahead gets its dict loaded, the next one its deepest level. Each level's objects are found
+//! from the level above, loaded a step earlier, so the misses of several messages overlap
+//! instead of following one another. Of a dict only the values the walk reads are loaded,
+//! each looked for at the entry where the walk found the same field last (its hints: dicts of
+//! one shape keep their keys in place); once the walk reads only heads, only the levels a head
+//! reads. Only reads and prefetch hints: no reference count, no call, nothing written to the
 //! objects; anything that is not an exact `dict` or `list` is left to the walk.
 
 use std::cell::Cell;
@@ -82,6 +84,8 @@ pub struct Lookahead {
     keys: [*mut ffi::PyObject; FIELDS],
     /// `PySource::unadopted` when `keys` were taken (`u32::MAX`: never)
     taken_at: u32,
+    /// the walk reads bodies (see `read_bodies`)
+    bodies: bool,
 }
 
 #[inline(always)]
@@ -142,7 +146,14 @@ impl Lookahead {
             ring: [NOTHING; RING],
             keys: [std::ptr::null_mut(); FIELDS],
             taken_at: u32::MAX,
+            bodies: true,
         }
+    }
+
+    /// Whether the walk still reads bodies: once it reads only heads, only the levels down to
+    /// the values of `info` are loaded (a user message's parts are left to the walk).
+    pub fn read_bodies(&mut self, bodies: bool) {
+        self.bodies = bodies;
     }
 
     /// One step before message `index` of the `len` items at `items` is read.
@@ -183,7 +194,8 @@ impl Lookahead {
                 dict::str_entries(py, dict).unwrap_or(&[])
             }
         };
-        let at = |ahead: usize| Some(index + ahead).filter(|&k| k < len);
+        // the walk reads from the newest: the messages ahead of it are the older ones
+        let at = |ahead: usize| index.checked_sub(ahead).filter(|&k| k < len);
         // level 0: the message dict
         if let Some(k) = at(DEPTH) {
             prefetch_object(*items.add(k));
@@ -241,6 +253,9 @@ impl Lookahead {
         if let Some(k) = at(DEPTH - 4) {
             let found = &self.ring[k % RING];
             load_values(entries(found.info), &INFO_FIELDS, hinted, prefetch_object);
+            if !self.bodies {
+                return;
+            }
             for n in 0..found.count {
                 prefetch_object(*found.items.add(n));
             }

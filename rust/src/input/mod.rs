@@ -153,10 +153,11 @@ pub trait Source: Sized {
     /// A body's error as a fault to keep for later (`read_messages`), or the error itself when
     /// the walk must end with it (it is no fault of the input, or the walk cannot go on).
     fn body_fault(&self, error: Self::Error) -> Result<InputError, Self::Error>;
-    /// Called before message `index` of `list` is read: a source may start loading what it
-    /// will read of the messages after it.
+    /// Called before message `index` of `list` is read (from the newest): a source may start
+    /// loading what it will read of the messages before it (their heads only, once `bodies`
+    /// is false).
     #[inline(always)]
-    fn ahead(&mut self, _list: &Self::Array, _index: usize) {}
+    fn ahead(&mut self, _list: &Self::Array, _index: usize, _bodies: bool) {}
 }
 
 #[inline(always)]
@@ -205,9 +206,18 @@ fn non_empty(s: Option<Short>) -> Option<Short> {
     s.filter(|s| !s.is_empty())
 }
 
-/// Read every message of `list` into `messages` and their parts into `parts`, in one pass.
-/// A fault in a head ends the walk; a fault in a body is kept in `faults` with the message's
-/// index (ascending), the message keeps no parts, and the walk goes on: it counts only if
+/// Read the messages of `list` into `messages` (by index) and their parts into `parts`, as
+/// stage 1 needs them: from the newest, each whole (head and body) down to the compaction
+/// boundary stage 1 slices at (the newest marker with a summary after it) and through its
+/// verbatim tail (down to the message with its `tail_start_id`), older ones only by their
+/// head, so a history that compaction drops costs a look at each head; with `every_body`, all
+/// of them whole. Returns the index from which bodies were read: a render that keeps an older
+/// message (a marker's summary before it, a repeated `tail_start_id`) needs a walk with
+/// `every_body`.
+///
+/// A fault in a head ends the walk, the first in list order (the heads before one found are
+/// read again, oldest first); a fault in a body is kept in `faults` with the message's index
+/// (ascending), the message keeps no parts, and the walk goes on: it counts only if
 /// compaction keeps that message (`ParsedSession.render`).
 pub fn read_messages<S: Source>(
     src: &mut S,
@@ -215,16 +225,80 @@ pub fn read_messages<S: Source>(
     messages: &mut Vec<Message>,
     parts: &mut Vec<Part>,
     faults: &mut Vec<(usize, InputError)>,
-) -> Result<(), S::Error> {
+    every_body: bool,
+) -> Result<usize, S::Error> {
     let count = src.len(list);
-    messages.reserve(count);
-    for i in 0..count {
-        src.ahead(list, i);
+    messages.clear();
+    messages.resize_with(count, Message::default);
+    let first_fault = faults.len();
+    let mut boundary = Boundary::default();
+    let mut whole = true;
+    let mut bodies_from = 0;
+    for i in (0..count).rev() {
+        src.ahead(list, i, whole);
         let value = src.item(list, i)?;
-        let message = read_message(src, value, i, parts, faults)?;
-        messages.push(message);
+        let read = if whole {
+            read_message(src, value, i, parts, faults)
+        } else {
+            read_head(src, value, i).map(|head| head.message)
+        };
+        let message = match read {
+            Ok(message) => message,
+            Err(err) => {
+                for k in 0..i {
+                    let value = src.item(list, k)?;
+                    read_head(src, value, k)?;
+                }
+                return Err(err);
+            }
+        };
+        if whole && !every_body && boundary.passed(src, &message, &messages[i + 1..]) {
+            whole = false;
+            bodies_from = i;
+        }
+        if let Some(slot) = messages.get_mut(i) {
+            *slot = message;
+        }
     }
-    Ok(())
+    faults[first_fault..].reverse();
+    Ok(bodies_from)
+}
+
+/// Where a walk from the newest meets stage 1's boundary (see `read_messages`).
+#[derive(Default)]
+struct Boundary {
+    /// a summary was read (newer than the message being read)
+    summary_seen: bool,
+    /// the boundary's marker was read: bodies are read down to `tail_start`
+    found: bool,
+    tail_start: Option<String>,
+}
+
+impl Boundary {
+    /// Whether `message` (read whole, `newer` being the messages after it) is the last whose
+    /// body the walk reads: the first message of the boundary's tail, or its marker when it
+    /// has no tail before it.
+    fn passed<S: Source>(&mut self, src: &S, message: &Message, newer: &[Message]) -> bool {
+        let text = |s: Option<Short>| s.map(|s| src.shorts().get(s));
+        let mut last = self.found && text(message.id) == self.tail_start.as_deref();
+        if let Some(tail_start) = message.markers.first() {
+            if self.summary_seen && !self.found {
+                // the newest marker with a summary after it; its tail starts at the first
+                // message with its tail_start_id, if that lies before the marker
+                self.found = true;
+                self.tail_start.clone_from(tail_start);
+                last = match tail_start.as_deref() {
+                    None => true,
+                    Some(tail) => {
+                        text(message.id) == Some(tail)
+                            || newer.iter().any(|m| text(m.id) == Some(tail))
+                    }
+                };
+            }
+        }
+        self.summary_seen |= message.summary;
+        last
+    }
 }
 
 /// Read message `i` (`value`): its head, then its body, whose parts go to `parts` and whose
