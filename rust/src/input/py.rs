@@ -119,18 +119,43 @@ impl<'py> PySource<'py> {
     /// matches on identity; with an equal but distinct one it also compares the text.
     fn adopt_keys(&mut self, dict: &Bound<'py, PyDict>) {
         self.adopt_budget -= 1;
+        let py = dict.py();
+        // SAFETY: `dict` is a live dict, the GIL is held, and nothing below runs Python code
+        // (a new reference to a key adopted is all that is written)
+        if let Some(entries) = unsafe { dict::str_entries(py, dict.as_ptr()) } {
+            // the common case, read in place: a walk from the newest can look at a dozen dicts
+            // before it meets a tool part's keys, and through `dict.iter()` this cost more
+            // than the walk of a short session
+            for entry in entries.iter().filter(|entry| !entry.key.is_null()) {
+                // SAFETY: a live key of an exact `str` key table (see above)
+                let key = unsafe { Borrowed::from_ptr(py, entry.key).cast_unchecked::<PyString>() };
+                if let Some(text) = ascii_text(&key) {
+                    self.adopt(&key, text);
+                }
+            }
+            return;
+        }
         for (key, _) in dict.iter() {
             let Ok(key) = key.cast_into_exact::<PyString>() else {
                 continue;
             };
-            let Ok(text) = key.to_str() else { continue };
-            for (at, field) in ALL_FIELDS.iter().enumerate() {
-                if self.unadopted & (1 << at) != 0 && field.key() == text {
-                    if let Some(slot) = self.keys.get_mut(at) {
-                        *slot = key.clone();
-                    }
-                    self.unadopted &= !(1 << at);
+            if let Ok(text) = key.to_str() {
+                self.adopt(&key, text);
+            }
+        }
+    }
+
+    /// Take `key` (whose text is `text`) for each field not adopted yet that it names.
+    fn adopt(&mut self, key: &Bound<'py, PyString>, text: &str) {
+        let mut left = self.unadopted;
+        while left != 0 {
+            let at = left.trailing_zeros() as usize;
+            left &= left - 1;
+            if ALL_FIELDS.get(at).is_some_and(|field| field.key() == text) {
+                if let Some(slot) = self.keys.get_mut(at) {
+                    *slot = key.clone();
                 }
+                self.unadopted &= !(1 << at);
             }
         }
     }
