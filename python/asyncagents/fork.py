@@ -151,11 +151,12 @@ def _run_python(
 
 
 def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
+    objects: Any = None  # the Python objects walked (JSON text is read whole, in list order)
     if _is_text(messages):
         data = bytes(messages) if isinstance(messages, bytearray | memoryview) else messages
         session = _core.parse_json(data)  # type: ignore[arg-type]
     else:
-        objects: Any = messages
+        objects = messages
         try:
             # plain dicts, the common case: no Python-side pass over the list at all
             session = _core.from_objects(objects)
@@ -166,7 +167,7 @@ def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
             session = _core.from_objects(objects)
     count, markers, summaries = session.compaction_view()
     sliced = slice_at_compaction(CompactionView(count, markers, summaries, session.index_of))
-    if sliced.kept and min(sliced.kept) < session.bodies_from:
+    if objects is not None and sliced.kept and min(sliced.kept) < session.bodies_from:
         # stage 1 keeps a message older than the boundary the walk read bodies down to (a
         # marker's summary before it, a repeated tail_start_id): rare, read them all
         session = _core.from_objects(objects, every_body=True)

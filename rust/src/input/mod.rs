@@ -252,7 +252,8 @@ pub fn read_messages<S: Source>(
                 return Err(err);
             }
         };
-        if whole && !every_body && boundary.passed(src, &message, &messages[i + 1..]) {
+        let newer = messages.get(i + 1..).unwrap_or(&[]);
+        if whole && !every_body && boundary.passed(src, &message, newer) {
             whole = false;
             bodies_from = i;
         }
