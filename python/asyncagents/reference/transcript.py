@@ -18,13 +18,13 @@ def label(role: str | None) -> str:
 
 
 #: the label line of the two common roles, made once
-_HEADS = {"user": "\nUser:", "assistant": "\nAgent:"}
+_HEADS = {role: "\n" + label(role) + ":" for role in ("user", "assistant")}
 
 
-def params_limits(config: ForkConfig) -> tuple[int, int, int, int]:
-    """The parameter limit of a tool call by the tier of its result, 0 for a call without
-    one (which gets tier 1's): looked up by `format_message` for every call it writes."""
-    return (config.params_tier1, config.params_tier1, config.params_tier2, config.params_tier3)
+def params_limits(config: ForkConfig) -> tuple[int, ...]:
+    """`config.params_limit` of each tier, indexed by it, and at 0 (a call without a result)
+    tier 1's: looked up by `format_message` for every call it writes."""
+    return tuple(config.params_limit(tier) for tier in (1, 1, 2, 3))
 
 
 def params_preview(call: ToolCall, limit: int) -> str:
@@ -40,7 +40,7 @@ def params_preview(call: ToolCall, limit: int) -> str:
 def format_message(
     message: Message,
     rendered: dict[ToolCall | ToolResult, tuple[str, int]],
-    limits: tuple[int, int, int, int],
+    limits: tuple[int, ...],
 ) -> tuple[str, str]:
     """The message's label line and its body (every following line, each led by a newline).
 
