@@ -352,3 +352,35 @@ async def test_a_client_gone_before_the_first_byte_frees_its_slot(manager: TaskM
         await app(scope, receive, send)
     assert api.hub.subscriber_count == 0
     api.close()
+
+
+async def test_a_read_older_than_a_reported_change_does_not_step_the_stream_back(
+    source: FakeSource,
+) -> None:
+    hub = hub_on(source)
+    running = make_task(1)
+    assert hub.reconcile([running], seed=True) == 0
+    reader = Reader(hub, hub.subscribe(str(hub.last_id)))
+    # the poll begins to read the store; a cancel is reported before the read returns
+    read_from = hub.last_id
+    cancelled = make_task(1, status=TaskStatus.CANCELLED, updated_at=running.updated_at + 5)
+    source.emit("task.cancelled", cancelled)
+    event = await reader.next()
+    assert (event[1], event[2]["status"]) == ("task.cancelled", "cancelled")
+    assert hub.reconcile([running], read_from=read_from) == 0  # not "running" again
+    assert hub.reconcile([cancelled]) == 0  # the next read agrees with the stream
+    # a task created during a read is not cleared by it; one cleared is not brought back
+    read_from = hub.last_id
+    created = make_task(2)
+    source.emit("task.created", created)
+    source.emit("task.cleared", cancelled)
+    assert [(e[1], e[2]["id"]) for e in await reader.take(2)] == [
+        ("task.created", "tsk_0002"),
+        ("task.cleared", "tsk_0001"),
+    ]
+    assert hub.reconcile([cancelled], read_from=read_from) == 0
+    assert hub.reconcile([created]) == 0
+    # a later read that shows a change nobody reported still publishes it
+    ended = make_task(2, status=TaskStatus.COMPLETED, updated_at=created.updated_at + 1)
+    assert hub.reconcile([ended]) == 1
+    assert [(e[1], e[2]["id"]) for e in await reader.take(1)] == [("task.completed", "tsk_0002")]

@@ -598,7 +598,8 @@ class DashboardApi:
 
     async def _reconcile(self, *, seed: bool = False) -> None:
         try:
-            self.hub.reconcile(await self._all_tasks(), seed=seed)
+            read_from = self.hub.last_id  # events published during the read are newer than it
+            self.hub.reconcile(await self._all_tasks(), seed=seed, read_from=read_from)
         except Exception:  # a store that failed once may answer next time
             log.exception("comparing the stored tasks with the event stream failed")
 

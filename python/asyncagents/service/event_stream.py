@@ -62,6 +62,16 @@ def inferred_kind(before: TaskStatus | None, task: Task) -> str:
     return _END_KINDS.get(task.status, "task.updated")
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """What the hub last published for a task, and the id of that event."""
+
+    updated_at: int
+    #: None: the task was cleared
+    status: TaskStatus | None
+    event_id: int
+
+
 class TooManySubscribersError(Exception):
     """The hub already serves `max_subscribers` streams (the route answers 503)."""
 
@@ -147,8 +157,8 @@ class EventHub:
         self._ring: deque[HubEvent] = deque(maxlen=ring_size)
         self._subscribers: set[Subscription] = set()
         self._sources: list[ChangeSource] = []
-        #: task id -> (updated_at, status) of the last event published for it
-        self._seen: dict[str, tuple[int, TaskStatus]] = {}
+        #: task id -> what the last event published for it showed (a cleared task: status None)
+        self._seen: dict[str, _Seen] = {}
         #: task id -> the progress last reported for its running turn
         self._progress: dict[str, TaskProgress] = {}
         #: how many subscribers were dropped for being too slow
@@ -178,15 +188,13 @@ class EventHub:
     def on_change(self, change: TaskChangeLike) -> None:
         """The listener: publish one change (called on the loop; never blocks)."""
         task = change.task
-        if change.kind == "task.cleared":
-            self._seen.pop(task.id, None)
-        else:
-            self._seen[task.id] = (task.updated_at, task.status)
-        if task.status.active and change.kind != "task.cleared":
+        cleared = change.kind == "task.cleared"
+        if task.status.active and not cleared:
             self._progress[task.id] = task.progress
         else:
             self._progress.pop(task.id, None)
-        self.publish(change.kind, event_task_json(task))
+        event = self.publish(change.kind, event_task_json(task))
+        self._seen[task.id] = _Seen(task.updated_at, None if cleared else task.status, event.id)
 
     def with_live_progress(self, task: Task) -> Task:
         """`task` with the progress its manager last reported while it runs: the manager
@@ -196,35 +204,57 @@ class EventHub:
             return task
         return task.model_copy(update={"progress": progress})
 
-    def reconcile(self, tasks: Sequence[Task], *, seed: bool = False) -> int:
+    def reconcile(
+        self, tasks: Sequence[Task], *, seed: bool = False, read_from: int | None = None
+    ) -> int:
         """Publish the changes in `tasks` (every stored task) that no listener reported: tasks
         changed by another process sharing the store, or by a manager without listeners.
 
         A task the hub has not seen is ``task.created`` (or its end, if it has ended); a new
         status gives its event; a newer ``updated_at`` alone is ``task.updated``; a task gone
         is ``task.cleared``. With `seed`, only remember them (the snapshot shows them).
+
+        `read_from` is `last_id` when the read of `tasks` began (default: now). A task with an
+        event published since may be older in `tasks` than in that event (a cancel reported
+        while the store was read): it is left to the next reconcile, so the stream never steps
+        back to an older copy, nor clears a task created during the read.
         Returns how many events were published.
         """
+        read_from = self.last_id if read_from is None else read_from
         published = 0
         present = set()
         for task in tasks:
             present.add(task.id)
             seen = self._seen.get(task.id)
-            if seen is not None and seen[0] >= task.updated_at and seen[1] is task.status:
-                continue
-            self._seen[task.id] = (task.updated_at, task.status)
+            if seen is not None:
+                if seen.event_id > read_from:
+                    continue
+                if seen.status is None:
+                    seen = None  # cleared before the read, stored again since: new to us
+                elif seen.updated_at >= task.updated_at and seen.status is task.status:
+                    continue
             if not task.status.active:
                 self._progress.pop(task.id, None)
-            if not seed:
-                kind = inferred_kind(None if seen is None else seen[1], task)
-                self.publish(kind, event_task_json(self.with_live_progress(task)))
-                published += 1
-        for task_id in [t for t in self._seen if t not in present]:
-            del self._seen[task_id]
+            if seed:
+                self._seen[task.id] = _Seen(task.updated_at, task.status, read_from)
+                continue
+            kind = inferred_kind(None if seen is None else seen.status, task)
+            event = self.publish(kind, event_task_json(self.with_live_progress(task)))
+            self._seen[task.id] = _Seen(task.updated_at, task.status, event.id)
+            published += 1
+        for task_id, seen in list(self._seen.items()):
+            if task_id in present or seen.event_id > read_from:
+                continue
+            if seen.status is None:
+                del self._seen[task_id]  # a clear the read already shows: nothing to keep
+                continue
             self._progress.pop(task_id, None)
-            if not seed:
-                self.publish("task.cleared", {"id": task_id, "truncated": []})
-                published += 1
+            if seed:
+                del self._seen[task_id]
+                continue
+            event = self.publish("task.cleared", {"id": task_id, "truncated": []})
+            self._seen[task_id] = _Seen(seen.updated_at, None, event.id)
+            published += 1
         return published
 
     def publish(self, kind: str, payload: dict[str, Any]) -> HubEvent:
