@@ -18,7 +18,7 @@ from asyncagents.service.event_stream import (
     TooManySubscribersError,
 )
 from asyncagents.tasks import Task, TaskManager, TaskProgress, TaskStatus
-from dash_support import TOKEN, FakeSource, make_task
+from dash_support import TOKEN, FakeSource, Script, make_task
 from starlette.applications import Starlette
 
 Event = tuple[str | None, str, Any]  # id, kind, data (None for a heartbeat)
@@ -384,3 +384,27 @@ async def test_a_read_older_than_a_reported_change_does_not_step_the_stream_back
     ended = make_task(2, status=TaskStatus.COMPLETED, updated_at=created.updated_at + 1)
     assert hub.reconcile([ended]) == 1
     assert [(e[1], e[2]["id"]) for e in await reader.take(1)] == [("task.completed", "tsk_0002")]
+
+
+async def test_progress_events_count_each_call_once_and_carry_the_task_as_stored(
+    manager: TaskManager, parent: str, script: Script
+) -> None:
+    api = DashboardApi(manager, token=TOKEN, poll_interval=None)
+    reader = Reader(api.hub, api.hub.subscribe(str(api.hub.last_id)))
+    task = await manager.task(parent, "Count the files [tool] [hold:count]", "general", "Count")
+    events = [await reader.next()]
+    while events[-1][2]["progress"]["tool_calls"] < 2:
+        events.append(await reader.next())
+    script.release("count")
+    while events[-1][1] != "task.completed":
+        events.append(await reader.next())
+    shown = [(e[1], e[2]["updated_at"], e[2]["progress"]["tool_calls"]) for e in events]
+    # the count only grows, one event per new count; no event steps back to an older copy
+    counts = [c for kind, _, c in shown if kind == "task.updated" and c]
+    assert counts == sorted(set(counts)) and counts[-1] == 2, shown
+    assert [s for _, s, _ in shown] == sorted(s for _, s, _ in shown), shown
+    stored = await manager.store.get(task.id)
+    assert stored is not None and stored.progress.tool_calls == 2
+    started = [e[2]["turn_started_at"] for e in events if e[2]["progress"]["tool_calls"]]
+    assert started == [stored.turn_started_at] * len(started), shown
+    api.close()

@@ -122,6 +122,10 @@ class Recorder:
         if not task.status.active:
             if self._registry.drop(task.id, task.turn) is not None:
                 self.completions += 1
+        else:
+            run = self._registry.get(task.id)
+            if run is not None and run.turn == task.turn:
+                run.task = task  # progress events show the task as stored now
         self.emit(kind, task)
         if notice is not None:
             self._on_notice(notice)

@@ -21,6 +21,7 @@ from .models import Task, TaskProgress
 class Run:
     """One followed turn of one task."""
 
+    #: the task as last stored by this manager (progress events show it)
     task: Task
     session_id: str
     turn: int
@@ -35,8 +36,10 @@ class Run:
     progress: TaskProgress = field(default_factory=TaskProgress)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     check_pending: bool = False
-    #: the newest tool call events showed (a new one is a progress change)
-    last_call_id: str | None = None
+    #: the tool calls of the turn events or the last check showed (a new one is progress)
+    call_ids: set[str] = field(default_factory=set)
+    #: the tool call count the listeners were last told
+    reported_calls: int = 0
 
     @property
     def task_id(self) -> str:
@@ -72,6 +75,7 @@ class RunRegistry:
             after_message_id=task.turn_after_message_id,
             prompt_sent=task.turn_started_at is not None,
             progress=task.progress.model_copy(),
+            reported_calls=task.progress.tool_calls,
         )
         self._by_task[task.id] = run
         self._by_session[run.session_id] = run

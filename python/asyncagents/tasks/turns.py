@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .models import TaskProgress
 
@@ -26,6 +26,8 @@ class TurnState(BaseModel):
     error_name: str | None = None
     text: str = ""
     progress: TaskProgress = TaskProgress()
+    #: the ids of the turn's tool calls (`tool_call_id`)
+    call_ids: set[str] = Field(default_factory=set)
 
     @property
     def aborted(self) -> bool:
@@ -41,6 +43,11 @@ def format_error(error: Any) -> tuple[str, str]:
     data = error.get("data")
     message = data.get("message") if isinstance(data, dict) else None
     return name, f"{name}: {message}" if message else name
+
+
+def tool_call_id(part: dict[str, Any]) -> str:
+    """The id of the call a tool part records (its ``callID``, else the part's ``id``)."""
+    return str(part.get("callID") or part.get("id") or "")
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -76,6 +83,7 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
             kind = part.get("type")
             if kind == "tool":
                 progress.tool_calls += 1
+                state.call_ids.add(tool_call_id(part))
                 progress.last_tool = str(part.get("tool") or "unknown")
                 ptime = _dict(_dict(part.get("state")).get("time"))
                 for key in ("start", "end"):

@@ -27,7 +27,7 @@ from .recorder import Recorder, end_kind
 from .registry import Run, RunRegistry
 from .store import TaskStore
 from .transitions import finished
-from .turns import TurnState, format_error, read_turn
+from .turns import TurnState, format_error, read_turn, tool_call_id
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,12 @@ class Watcher:
             log.info("check of %s postponed: %s", task.id, exc)
             return None
         state = read_turn(messages, run.after_message_id)
+        # calls events showed that these messages do not have yet still count
+        state.progress.tool_calls += len(run.call_ids - state.call_ids)
+        run.call_ids |= state.call_ids
         run.progress = state.progress
+        if not state.done:
+            self._report_progress(run)
         return state
 
     async def _end_turn(self, run: Run, state: TurnState) -> None:
@@ -289,13 +294,25 @@ class Watcher:
             if isinstance(part, dict) and part.get("type") == "tool":
                 run.progress.last_tool = str(part.get("tool") or "unknown")
                 run.progress.last_activity_at = now_ms()
-                call_id = str(part.get("callID") or part.get("id") or "")
-                if call_id == run.last_call_id:
-                    return
-                run.last_call_id = call_id
-                self._recorder.emit(
-                    "task.updated", run.task.model_copy(update={"progress": run.progress})
-                )
+                call_id = tool_call_id(part)
+                if call_id in run.call_ids:
+                    return  # the same call, a later state of it
+                run.call_ids.add(call_id)
+                run.progress.tool_calls += 1
+                self._report_progress(run)
+
+    def _report_progress(self, run: Run) -> None:
+        """Tell the listeners of a tool call count they have not seen (the store keeps a run's
+        progress only when its turn ends), while the run is still followed."""
+        if (
+            run.progress.tool_calls == run.reported_calls
+            or self._registry.get(run.task_id) is not run
+        ):
+            return
+        run.reported_calls = run.progress.tool_calls
+        self._recorder.emit(
+            "task.updated", run.task.model_copy(update={"progress": run.progress.model_copy()})
+        )
 
 
 async def abort_quietly(backend: SessionBackend, session_id: str) -> None:
