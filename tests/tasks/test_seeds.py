@@ -8,12 +8,21 @@ import pytest
 from asyncagents.tasks import (
     AmbiguousTaskIdError,
     InProcessBackend,
+    Task,
     TaskChange,
     TaskManager,
     TaskNotFoundError,
     TaskStatus,
 )
-from asyncagents.tasks.transitions import FOLLOWUP_CANCELLED
+from asyncagents.tasks.models import now_ms
+from asyncagents.tasks.transitions import (
+    FOLLOWUP_CANCELLED,
+    cancelled,
+    finished,
+    fork_stats,
+    resumed,
+    started,
+)
 from parent_notices import notices_in
 from polling import until
 from tasks_script import Script
@@ -179,3 +188,25 @@ async def test_messages_of_the_child_turn_whole_or_tail(
     assert await manager.messages(task.id, message_limit=0) == []
     with pytest.raises(TaskNotFoundError):
         await manager.messages(task.id, parent_session_id="ses_other")
+
+
+def test_every_change_moves_updated_at_forward_even_behind_the_last_writers_clock() -> None:
+    ahead = now_ms() + 60_000  # the last change came from a host whose clock is a minute ahead
+    running = Task(
+        id="tsk_1", parent_session_id="ses_p", prompt="p", agent="general", description="d",
+        updated_at=ahead,
+    )  # fmt: skip
+    done = running.model_copy(update={"status": TaskStatus.COMPLETED})
+    for mutation, task in [
+        (started(1, None), running),
+        (fork_stats(1, {"kept": 1}), running),
+        (finished(1, TaskStatus.COMPLETED, text="ok"), running),
+        (cancelled(), running),
+        (resumed("again", None, "owner"), done),
+    ]:
+        out = mutation(task.model_copy(deep=True))
+        assert out is not None and out[0].updated_at == ahead + 1
+    now = now_ms()
+    late = running.model_copy(update={"updated_at": now - 60_000})
+    out = cancelled()(late)
+    assert out is not None and out[0].updated_at >= now

@@ -18,6 +18,12 @@ from .store import Mutation
 Outcome = tuple[Task, Notice | None] | None
 
 
+def _touch(t: Task) -> None:
+    """Mark a change: `updated_at` only grows, even when the clock of the host that makes this
+    change is behind the one that made the last (readers order a task's copies by it)."""
+    t.updated_at = max(now_ms(), t.updated_at + 1)
+
+
 def started(turn: int, after_message_id: str | None) -> Mutation:
     """The turn's prompt was accepted by the server."""
 
@@ -25,7 +31,8 @@ def started(turn: int, after_message_id: str | None) -> Mutation:
         if t.turn != turn or not t.status.active:
             return None
         t.turn_after_message_id = after_message_id
-        t.turn_started_at = t.updated_at = now_ms()
+        t.turn_started_at = now_ms()
+        _touch(t)
         return t, None
 
     return mutate
@@ -52,7 +59,8 @@ def finished(
         if owner is not None and t.owner is not None and t.owner != owner:
             return None
         followup = t.status is TaskStatus.RESUMED
-        t.completed_at = t.updated_at = now_ms()
+        t.completed_at = now_ms()
+        _touch(t)
         t.result_retrieved_at = None
         if progress is not None:
             t.progress = progress
@@ -101,7 +109,8 @@ def cancelled() -> Mutation:
     def mutate(t: Task) -> Outcome:
         if not t.status.active:
             return None
-        t.completed_at = t.updated_at = now_ms()
+        t.completed_at = now_ms()
+        _touch(t)
         if t.status is TaskStatus.RESUMED:
             t.status = TaskStatus.COMPLETED
             t.error = FOLLOWUP_CANCELLED
@@ -129,7 +138,7 @@ def resumed(prompt: str, after_message_id: str | None, owner: str) -> Mutation:
         t.result_retrieved_at = None
         t.error = None
         t.progress = TaskProgress()
-        t.updated_at = now_ms()
+        _touch(t)
         return t, None
 
     return mutate
@@ -154,7 +163,7 @@ def fork_stats(turn: int, stats: dict[str, object] | None) -> Mutation:
         if t.turn != turn or not t.status.active:
             return None
         t.fork_stats = stats
-        t.updated_at = now_ms()
+        _touch(t)
         return t, None
 
     return mutate

@@ -202,7 +202,10 @@ function handleEvent(kind, payload) {
     state.tasks.delete(payload.id);
     queueRender();
   } else if (kind.startsWith("task.")) {
-    const known = state.tasks.has(payload.id);
+    const shown = state.tasks.get(payload.id);
+    // an event queued while the snapshot was read may be older than what the snapshot shows
+    if (shown && payload.updated_at < shown.updated_at) return;
+    const known = shown !== undefined;
     state.tasks.set(payload.id, payload);
     if (!known || !updateRowInPlace(payload)) queueRender();
     else renderCounts();
@@ -467,7 +470,9 @@ async function cancelTask() {
     const body = await response.json();
     if (response.ok) {
       state.full = body;
-      state.tasks.set(body.id, body);
+      // the stream may have brought a newer copy (or the task's clear) before this answer
+      const shown = state.tasks.get(body.id);
+      if (shown && shown.updated_at <= body.updated_at) state.tasks.set(body.id, body);
       $("cancel-msg").textContent = "Cancelled.";
       renderDetail(id);
       queueRender();
