@@ -191,6 +191,7 @@ function handleEvent(kind, payload) {
     setConn("live", "Live");
     hideDown();
     render();
+    if (state.detailId) renderDetail(state.detailId); // the open task may have changed meanwhile
     return;
   }
   state.retryMs = 1000;
