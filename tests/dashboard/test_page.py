@@ -13,6 +13,7 @@ from dash_support import CHROMIUM_ARGS, TOKEN, LiveService, artifacts_dir, ensur
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 TIMEOUT_MS = 20_000  # generous: the machine is shared
+expect.set_options(timeout=TIMEOUT_MS)  # expect has its own default (5 s), not the page's
 
 
 @pytest.fixture(scope="module")
@@ -250,3 +251,28 @@ def test_a_dropped_stream_reconnects_and_resumes(browser: Browser, live: LiveSer
     # it resumed after the last event it had (Last-Event-ID): no second snapshot
     assert live.run(lambda: hub.snapshots_sent) == 1
     assert live.run(lambda: hub.subscriber_count) == 1
+
+
+def test_a_snapshot_after_a_gap_redraws_the_open_task(browser: Browser, live: LiveService) -> None:
+    held = launch(live, "Tail the build log [hold:never]", "Build log")
+    page = open_page(browser, live)
+    log_in(page)
+    row(page, held).click()
+    expect(page.locator("#detail-status")).to_have_text("running")
+    hub = live.app.state.dashboard.hub
+    manager = live.manager
+
+    async def cancel_unseen_then_break_the_stream() -> None:
+        manager.remove_listener(hub.on_change)  # the stream stays open but hears nothing
+        await manager.cancel(held.id)
+        hub.reconcile(await manager.store.list_tasks(), seed=True)  # nor does the poll
+        hub.drop_all()
+        hub._ring.clear()  # events after the page's last one were missed and left the ring:
+        hub.last_id += 1  # its next stream starts afresh, with a snapshot
+        manager.add_listener(hub.on_change)
+
+    live.call(cancel_unseen_then_break_the_stream())
+    expect(row(page, held).locator(".badge")).to_have_text("cancelled")
+    expect(page.locator("#detail-status")).to_have_text("cancelled")
+    expect(page.locator("#cancel")).to_be_hidden()
+    assert live.run(lambda: hub.snapshots_sent) == 2
