@@ -157,7 +157,8 @@ class EventHub:
         self._ring: deque[HubEvent] = deque(maxlen=ring_size)
         self._subscribers: set[Subscription] = set()
         self._sources: list[ChangeSource] = []
-        #: task id -> what the last event published for it showed (a cleared task: status None)
+        #: task id -> what the last event published for it showed (a cleared task: status None,
+        #: kept until a reconcile whose read began after it)
         self._seen: dict[str, _Seen] = {}
         #: task id -> the progress last reported for its running turn
         self._progress: dict[str, TaskProgress] = {}
