@@ -20,6 +20,7 @@ from asyncagents.service.event_stream import (
 from asyncagents.tasks import Task, TaskManager, TaskProgress, TaskStatus
 from dash_support import TOKEN, FakeSource, Script, make_task
 from starlette.applications import Starlette
+from starlette.requests import Request
 
 Event = tuple[str | None, str, Any]  # id, kind, data (None for a heartbeat)
 
@@ -408,3 +409,44 @@ async def test_progress_events_count_each_call_once_and_carry_the_task_as_stored
     started = [e[2]["turn_started_at"] for e in events if e[2]["progress"]["tool_calls"]]
     assert started == [stored.turn_started_at] * len(started), shown
     api.close()
+
+
+async def test_streams_opened_at_once_start_one_store_poll(
+    manager: TaskManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = DashboardApi(manager, token=TOKEN, poll_interval=0.05)
+    app = Starlette(routes=api.routes)
+    read = api._all_tasks
+
+    async def slow_read() -> list[Task]:  # a store read takes a while (a file, a server)
+        await asyncio.sleep(0.01)
+        return await read()
+
+    monkeypatch.setattr(api, "_all_tasks", slow_read)
+
+    def request() -> Request:
+        return Request(
+            {
+                "type": "http",
+                "method": "GET",
+                "path": "/v1/events",
+                "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
+                "query_string": b"",
+                "app": app,
+            }
+        )
+
+    def polls() -> list[asyncio.Task[Any]]:
+        return [
+            t
+            for t in asyncio.all_tasks()
+            if t.get_coro().__qualname__ == "DashboardApi._poll" and not t.done()  # type: ignore[union-attr]
+        ]
+
+    await asyncio.gather(api.events(request()), api.events(request()), api.events(request()))
+    assert len(polls()) == 1
+    await asyncio.sleep(0.2)  # it seeded, then compared a few times
+    assert len(polls()) == 1
+    api.close()
+    await asyncio.sleep(0.1)
+    assert polls() == []

@@ -586,7 +586,7 @@ class DashboardApi:
         if self.closing.is_set():
             raise ApiError(503, "unavailable", "the service is stopping")
         if self._poller is None and self.poll_interval is not None:
-            await self._reconcile(seed=True)
+            # set before any await: streams opened at once start one poll, not one each
             self._poller = asyncio.get_running_loop().create_task(self._poll(self.poll_interval))
         try:
             sub = self.hub.subscribe(request.headers.get("last-event-id"))
@@ -604,7 +604,9 @@ class DashboardApi:
             log.exception("comparing the stored tasks with the event stream failed")
 
     async def _poll(self, interval: float) -> None:
-        """Compare the store with the events every `interval` s until the service stops."""
+        """Compare the store with the events every `interval` s until the service stops; the
+        first read only remembers the tasks (the snapshots show them)."""
+        await self._reconcile(seed=True)
         while not self.closing.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.closing.wait(), interval)
