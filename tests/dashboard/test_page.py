@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asyncagents.service.event_stream import event_task_json
 from asyncagents.tasks import Task, TaskStatus
 from dash_support import CHROMIUM_ARGS, TOKEN, LiveService, artifacts_dir, ensure_chromium
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -276,3 +277,45 @@ def test_a_snapshot_after_a_gap_redraws_the_open_task(browser: Browser, live: Li
     expect(page.locator("#detail-status")).to_have_text("cancelled")
     expect(page.locator("#cancel")).to_be_hidden()
     assert live.run(lambda: hub.snapshots_sent) == 2
+
+
+def test_an_event_older_than_the_task_shown_is_not_applied(
+    browser: Browser, live: LiveService
+) -> None:
+    done = launch(live, "Summarise the changelog", "Changelog")
+    wait_status(live, done, TaskStatus.COMPLETED)
+    page = open_page(browser, live)
+    log_in(page)
+    expect(row(page, done).locator(".badge")).to_have_text("completed")
+    hub = live.app.state.dashboard.hub
+    stored = live.call(live.manager.store.get(done.id))
+    assert stored is not None
+    stale = stored.model_copy(
+        update={"status": TaskStatus.RUNNING, "updated_at": stored.updated_at - 10}
+    )
+    live.run(lambda: hub.publish("task.updated", event_task_json(stale)))
+    later = launch(live, "Check the links", "Check links")  # an event after the stale one
+    expect(row(page, later).locator(".badge")).to_have_text("completed")
+    expect(row(page, done).locator(".badge")).to_have_text("completed")
+
+
+def test_a_cancel_answered_after_the_clear_does_not_bring_the_task_back(
+    browser: Browser, live: LiveService
+) -> None:
+    held = launch(live, "Watch the queue [hold:never]", "Queue watcher")
+    page = open_page(browser, live)
+    log_in(page)
+    row(page, held).click()
+    expect(page.locator("#detail-status")).to_have_text("running")
+
+    def answer_after_the_clear(route: Any) -> None:
+        answer = route.fetch()  # the service cancels the task
+        live.call(live.manager.clear(live.parent))  # then its parent's tasks are cleared
+        expect(page.locator(".row")).to_have_count(0)  # the page has the clear: now answer
+        route.fulfill(response=answer)
+
+    page.route("**/v1/tasks/*/cancel", answer_after_the_clear)
+    page.click("#cancel")
+    expect(page.locator("#cancel-msg")).to_have_text("Cancelled.")
+    expect(page.locator(".row")).to_have_count(0)
+    expect(page.locator("#detail-title")).to_have_text(f"{held.id} (removed)")
