@@ -23,7 +23,8 @@ from test_opencode_plugin import (  # noqa: F401  (the same module fixtures, a s
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dashboard"))
 from dash_support import CHROMIUM_ARGS, artifacts_dir, ensure_chromium
 
-TIMEOUT_MS = 60_000  # a real OpenCode on a shared machine (for actions and for every expect)
+TIMEOUT_MS = 60_000  # a real OpenCode on a shared machine
+expect.set_options(timeout=TIMEOUT_MS)  # expect has its own default (5 s), not the page's
 
 
 async def test_the_page_follows_tasks_an_agent_starts(
@@ -44,7 +45,7 @@ async def test_the_page_follows_tasks_an_agent_starts(
             await page.goto(service.url + "/")
             await page.fill("#token", token)
             await page.press("#token", "Enter")
-            await expect(page.locator("#conn")).to_have_text("Live", timeout=TIMEOUT_MS)
+            await expect(page.locator("#conn")).to_have_text("Live")
 
             parent = await new_parent(oc)
             await say_to(
@@ -57,8 +58,8 @@ async def test_the_page_follows_tasks_an_agent_starts(
             )
             slow = started_task_id((await tool_outputs(oc, parent, "asyncagents_task"))[-1])
             slow_row = page.locator(f'.row[data-id="{slow}"]')
-            await expect(slow_row.locator(".badge")).to_have_text("running", timeout=TIMEOUT_MS)
-            await expect(page.locator(".parent")).to_contain_text(parent, timeout=TIMEOUT_MS)
+            await expect(slow_row.locator(".badge")).to_have_text("running")
+            await expect(page.locator(".parent")).to_contain_text(parent)
 
             await say_to(
                 oc,
@@ -67,21 +68,19 @@ async def test_the_page_follows_tasks_an_agent_starts(
             )
             quick = started_task_id((await tool_outputs(oc, parent, "asyncagents_task"))[-1])
             quick_row = page.locator(f'.row[data-id="{quick}"]')
-            await expect(quick_row.locator(".badge")).to_have_text("completed", timeout=TIMEOUT_MS)
+            await expect(quick_row.locator(".badge")).to_have_text("completed")
 
             # cancel the slow one from its detail
             await slow_row.click()
-            await expect(page.locator("#detail-status")).to_have_text("running", timeout=TIMEOUT_MS)
+            await expect(page.locator("#detail-status")).to_have_text("running")
             await page.click("#cancel")
             try:
-                await expect(page.locator("#detail-status")).to_have_text(
-                    "cancelled", timeout=TIMEOUT_MS
-                )
+                await expect(page.locator("#detail-status")).to_have_text("cancelled")
             except AssertionError as exc:  # what the page and the service said, for the log
                 said = await page.locator("#cancel-msg").text_content()
                 raise AssertionError(f"{exc}\npage: {said!r}\n{service.log_tail()}") from exc
             await page.keyboard.press("Escape")
-            await expect(slow_row.locator(".badge")).to_have_text("cancelled", timeout=TIMEOUT_MS)
+            await expect(slow_row.locator(".badge")).to_have_text("cancelled")
             await page.screenshot(path=str(artifacts_dir() / "dashboard-opencode.png"))
             # the agent sees the cancel too
             await say_to(oc, parent, call("asyncagents_output", {"task_id": slow}))

@@ -38,8 +38,6 @@ class Run:
     check_pending: bool = False
     #: the tool calls of the turn events or the last check showed (a new one is progress)
     call_ids: set[str] = field(default_factory=set)
-    #: the tool call count the listeners were last told
-    reported_calls: int = 0
 
     @property
     def task_id(self) -> str:
@@ -75,7 +73,6 @@ class RunRegistry:
             after_message_id=task.turn_after_message_id,
             prompt_sent=task.turn_started_at is not None,
             progress=task.progress.model_copy(),
-            reported_calls=task.progress.tool_calls,
         )
         self._by_task[task.id] = run
         self._by_session[run.session_id] = run

@@ -190,8 +190,8 @@ class Watcher:
         # calls events showed that these messages do not have yet still count
         state.progress.tool_calls += len(run.call_ids - state.call_ids)
         run.call_ids |= state.call_ids
-        run.progress = state.progress
-        if not state.done:
+        counted, run.progress = run.progress.tool_calls, state.progress
+        if not state.done and run.progress.tool_calls != counted:
             self._report_progress(run)
         return state
 
@@ -302,14 +302,10 @@ class Watcher:
                 self._report_progress(run)
 
     def _report_progress(self, run: Run) -> None:
-        """Tell the listeners of a tool call count they have not seen (the store keeps a run's
-        progress only when its turn ends), while the run is still followed."""
-        if (
-            run.progress.tool_calls == run.reported_calls
-            or self._registry.get(run.task_id) is not run
-        ):
+        """Tell the listeners the run's new tool call count (the store keeps a run's progress
+        only when its turn ends), while the run is still followed."""
+        if self._registry.get(run.task_id) is not run:
             return
-        run.reported_calls = run.progress.tool_calls
         self._recorder.emit(
             "task.updated", run.task.model_copy(update={"progress": run.progress.model_copy()})
         )
