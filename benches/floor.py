@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import os
 import shlex
 import statistics
 import subprocess
@@ -78,12 +79,10 @@ def build() -> ModuleType:
         compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
         flags = shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC")
         include = sysconfig.get_paths()["include"]
-        partial = out.with_suffix(".partial")
-        subprocess.run(
-            [*compiler, *flags, "-O2", "-shared", f"-I{include}", str(SOURCE), "-o", str(partial)],
-            check=True,
-        )
-        partial.replace(out)
+        unfinished = out.with_name(f"{out.name}.{os.getpid()}.partial")  # one per process
+        command = [*compiler, *flags, "-O2", "-shared", f"-I{include}", str(SOURCE)]
+        subprocess.run([*command, "-o", str(unfinished)], check=True)
+        unfinished.replace(out)
     spec = importlib.util.spec_from_file_location("floor", out)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {out}")
@@ -116,7 +115,8 @@ def walker(floor: ModuleType, messages: list[Any]) -> Callable[[], object]:
 
 
 def result_texts(floor: ModuleType, messages: list[Any]) -> list[str]:
-    """The texts of the tool results the walk meets (not those cleared by compaction)."""
+    """The texts of the tool results the walk meets (not those a `state.time.compacted` cleared:
+    their text is the marker, and their output is not read)."""
     texts: list[str] = []
     floor.walk(messages, _core.from_objects(messages).bodies_from, document_keys(messages), texts)
     return texts
