@@ -9,8 +9,9 @@
  *
  * With a list as `results`, the text of every tool result of those bodies is appended to it
  * (not a result cleared by `state.time.compacted`, whose text is the marker): `read` then
- * loads every byte of each, once (an OR of 32-byte loads), as fast as the memory gives it. Each result must be searched for the cleared marker, whose presence decides
- * whether it counts in the tiers, so every engine reads all of it.
+ * loads every byte of each, once (an OR of 32-byte loads), as fast as the memory gives it.
+ * Each result must be searched for the cleared marker, whose presence decides whether it
+ * counts in the tiers, so every engine reads all of it.
  *
  * Nothing else: nothing kept, no render, no path built for a fault (a fault is one
  * ValueError). Lookups are CPython's own, with the document's key objects (identity hits).
@@ -115,7 +116,8 @@ static int tool_part(PyObject *part) {
         if (long_text(state, K_OUTPUT) == FAULT) return FAULT;
         PyObject *time = PyDict_GetItem(state, K[K_TIME]);
         if (!optional_dict(time)) return FAULT;
-        PyObject *at = time != NULL && time != Py_None ? PyDict_GetItem(time, K[K_COMPACTED]) : NULL;
+        PyObject *at = NULL;
+        if (time != NULL && time != Py_None) at = PyDict_GetItem(time, K[K_COMPACTED]);
         if (at != NULL && at != Py_None) {
             if (PyBool_Check(at) || !(PyLong_Check(at) || PyFloat_Check(at))) return FAULT;
             return 1;  /* cleared: its text is the marker, the output is not read */
@@ -183,7 +185,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         PyObject *info = PyDict_GetItem(message, K[K_INFO]);
         if (info == NULL || !PyDict_CheckExact(info)) goto fault;
         PyObject *role = PyDict_GetItem(info, K[K_ROLE]);
-        if (role != NULL && role != Py_None && (!PyUnicode_CheckExact(role) || surrogate_free(role)))
+        if (role != NULL && role != Py_None &&
+            (!PyUnicode_CheckExact(role) || surrogate_free(role)))
             goto fault;
         if (short_string(info, K_ID) || short_string(info, K_PARENT)) goto fault;
         PyObject *parts = PyDict_GetItem(message, K[K_PARTS]);
@@ -198,7 +201,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                     if (short_string(error, K_NAME)) goto fault;
                     PyObject *data = PyDict_GetItem(error, K[K_DATA]);
                     if (!optional_dict(data)) goto fault;
-                    if (data != NULL && data != Py_None && short_string(data, K_MESSAGE)) goto fault;
+                    if (data != NULL && data != Py_None && short_string(data, K_MESSAGE))
+                        goto fault;
                 }
             }
             long found = body_parts(parts);
@@ -233,8 +237,9 @@ __attribute__((target("avx2"))) static uint64_t fold_avx2(const char *data, size
         d = _mm256_or_si256(d, _mm256_loadu_si256((const __m256i *)(data + i + 96)));
     }
     __m256i all = _mm256_or_si256(_mm256_or_si256(a, b), _mm256_or_si256(c, d));
-    uint64_t folded = (uint64_t)_mm256_extract_epi64(all, 0) | (uint64_t)_mm256_extract_epi64(all, 1) |
-                      (uint64_t)_mm256_extract_epi64(all, 2) | (uint64_t)_mm256_extract_epi64(all, 3);
+    uint64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)lanes, all);
+    uint64_t folded = lanes[0] | lanes[1] | lanes[2] | lanes[3];
     for (; i < bytes; i++) folded |= (unsigned char)data[i];
     return folded;
 }

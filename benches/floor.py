@@ -66,6 +66,8 @@ KEYS = (
     "compacted",
     "tail_start_id",
 )
+#: what `floor.walk` is given besides the messages: `bodies_from` and the key objects
+Plan = tuple[int, tuple[str, ...]]
 
 
 def build() -> ModuleType:
@@ -107,18 +109,26 @@ def document_keys(messages: Sequence[Any]) -> tuple[str, ...]:
     return tuple(found.get(name, name) for name in KEYS)
 
 
-def walker(floor: ModuleType, messages: list[Any]) -> Callable[[], object]:
+def walk_plan(messages: list[Any]) -> Plan:
+    """Where the Rust walk finds the bodies begin, and the document's key objects: what
+    `floor.walk` is given."""
+    return _core.from_objects(messages).bodies_from, document_keys(messages)
+
+
+def walker(
+    floor: ModuleType, messages: list[Any], plan: Plan | None = None
+) -> Callable[[], object]:
     """The plain C walk of `messages`, reading bodies where the Rust walk finds they begin."""
-    bodies_from = _core.from_objects(messages).bodies_from
-    keys = document_keys(messages)
+    bodies_from, keys = plan or walk_plan(messages)
     return lambda: floor.walk(messages, bodies_from, keys)
 
 
-def result_texts(floor: ModuleType, messages: list[Any]) -> list[str]:
+def result_texts(floor: ModuleType, messages: list[Any], plan: Plan | None = None) -> list[str]:
     """The texts of the tool results the walk meets (not those a `state.time.compacted` cleared:
     their text is the marker, and their output is not read)."""
+    bodies_from, keys = plan or walk_plan(messages)
     texts: list[str] = []
-    floor.walk(messages, _core.from_objects(messages).bodies_from, document_keys(messages), texts)
+    floor.walk(messages, bodies_from, keys, texts)
     return texts
 
 
@@ -127,12 +137,13 @@ def measure(floor: ModuleType, shape: str, size: int, rounds: int) -> dict[str, 
     untimed call, then a timed one, so that every timed call follows one of its own kind
     (as in a benchmark of it alone) and not one that left other objects in the caches."""
     messages = session_objects(size, shape)
+    plan = walk_plan(messages)
     calls: dict[str, Callable[[], object]] = {
         "reference": lambda: build_fork_context(messages, engine="python"),
         "rust": lambda: build_fork_context(messages),
         "walk": lambda: _core.from_objects(messages),
-        "floor": walker(floor, messages),
-        "results": partial(floor.read, result_texts(floor, messages)),
+        "floor": walker(floor, messages, plan),
+        "results": partial(floor.read, result_texts(floor, messages, plan)),
     }
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):

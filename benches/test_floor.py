@@ -19,10 +19,7 @@ def floor():
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_the_floor_counts_the_results_the_engines_count(floor, shape):
     messages = session_objects(200, shape)
-    stats = build_fork_context(messages).stats
-    tiers = stats.tier_distribution
-    counted = tiers.tier1 + tiers.tier2 + tiers.tier3 + stats.compacted_results
-    assert walker(floor, messages)() == counted
+    assert walker(floor, messages)() == _results_counted(messages)
 
 
 @pytest.mark.parametrize(
@@ -42,10 +39,15 @@ def test_the_floor_stops_at_a_fault_of_a_kept_body(floor, field, value):
 def test_the_results_read_are_the_texts_of_the_results_counted(floor, shape):
     messages = session_objects(200, shape)
     texts = result_texts(floor, messages)
+    assert len(texts) == _results_counted(messages)
+    assert floor.read(texts) == sum(len(text) * _width(text) for text in texts)
+
+
+def _results_counted(messages: list) -> int:
+    """The tool results the Rust engine counts: in the tiers, or cleared."""
     stats = build_fork_context(messages).stats
     tiers = stats.tier_distribution
-    assert len(texts) == tiers.tier1 + tiers.tier2 + tiers.tier3 + stats.compacted_results
-    assert floor.read(texts) == sum(len(text) * _width(text) for text in texts)
+    return tiers.tier1 + tiers.tier2 + tiers.tier3 + stats.compacted_results
 
 
 def _width(text: str) -> int:
