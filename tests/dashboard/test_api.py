@@ -434,7 +434,8 @@ async def test_a_failing_store_is_503(
     async def broken(*args: Any, **kwargs: Any) -> list[Task]:
         raise StoreError("tasks.sqlite3: disk I/O error")
 
-    monkeypatch.setattr(manager.store, "list_tasks", broken)
+    monkeypatch.setattr(manager.store, "query_tasks", broken)
+    monkeypatch.setattr(manager.store, "task_stats", broken)
     for path in ("/v1/tasks", "/v1/stats"):
         response = await client.get(path)
         assert response.status_code == 503, path

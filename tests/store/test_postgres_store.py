@@ -41,7 +41,14 @@ async def test_open_creates_our_schema_once_and_reopens_it(pg_dsn: str) -> None:
     assert [t.id for t in await again.list_tasks()] == ["tsk_1"]  # first call opens it
     await again.close()
     tables = relations(pg_dsn, "asyncagents")
-    assert sorted(tables) == ["asyncagents_meta", "leases", "notices", "tasks"]
+    assert sorted(tables) == [
+        "asyncagents_meta",
+        "cleared",
+        "leases",
+        "notices",
+        "task_tools",
+        "tasks",
+    ]
     assert tables["asyncagents_meta"] == [("asyncagents-tasks", SCHEMA_VERSION)]
 
 
@@ -186,3 +193,41 @@ async def test_a_server_that_goes_away_raises_store_error_and_the_store_recovers
                 await asyncio.sleep(0.5)
         assert [t.id for t in await store.list_tasks()] == ["tsk_after", "tsk_before"]
         await store.close()
+
+
+async def test_a_version_1_schema_gets_the_query_columns_from_its_rows(pg_dsn: str) -> None:
+    """Version 1 -> 2 in place: the derived columns, tool rows and search index are filled from
+    each row's JSON, in the open's transaction."""
+    from asyncagents.tasks.models import TaskProgress, TaskStatus
+    from asyncagents.tasks.queries import TaskQuery
+    from asyncagents.tasks.store.postgres import _SCHEMA
+
+    done = make_task("tsk_done", status=TaskStatus.COMPLETED, created_at=1_000)
+    done.agent, done.result = "explore", "Found IT"
+    done.completed_at, done.updated_at = 1_250, 1_300
+    done.progress = TaskProgress(tool_calls=3, tools={"grep": 2, "read": 1})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA asyncagents")
+        conn.execute("SET search_path = asyncagents")
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute("INSERT INTO asyncagents_meta VALUES ('asyncagents-tasks', 1)")
+        conn.execute(
+            "INSERT INTO tasks (id, parent_session_id, status, created_at, data, backend) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            (done.id, done.parent_session_id, "completed", 1_000, done.model_dump_json(), "b1"),
+        )
+    store = PostgresTaskStore(pg_dsn)
+    page = await store.query_tasks(TaskQuery(backend="b1", text="found it"))
+    assert page.tasks == [done] and page.total == 1
+    stats = await store.task_stats("b1")
+    assert stats.by_agent == {"explore": 1}
+    assert stats.tool_calls == {"grep": 2, "read": 1}
+    assert stats.durations.max_ms == 250
+    await store.close()
+    assert relations(pg_dsn, "asyncagents")["asyncagents_meta"] == [
+        ("asyncagents-tasks", SCHEMA_VERSION)
+    ]
+    with psycopg.connect(pg_dsn) as conn:
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
+    assert "tasks_search" in indexes  # pg_trgm is installed on the test server

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from asyncagents.tasks import StoreError
-from asyncagents.tasks.models import Notice, NoticeKind, Task, TaskStatus, now_ms
+from asyncagents.tasks.models import Notice, NoticeKind, Task, TaskProgress, TaskStatus, now_ms
 from asyncagents.tasks.store import SQLiteTaskStore
 from asyncagents.tasks.store import sqlite as sqlite_module
 from asyncagents.tasks.store.sqlite import APPLICATION_ID, SCHEMA_VERSION
@@ -679,3 +679,61 @@ async def test_a_50_mb_prompt_does_not_stall_the_event_loop(tmp_path: Path) -> N
     assert min(n_insert, n_get, n_update) >= 3, (n_insert, n_get, n_update)
     assert max(gap_insert, gap_get, gap_update) < 2.0, (gap_insert, gap_get, gap_update)
     await store.close()
+
+
+async def test_a_version_2_file_gets_the_query_columns_from_its_rows(tmp_path: Path) -> None:
+    """Version 2 -> 3: agent, updated_at, duration, search text and tool names are filled from
+    each row's JSON, so lists, searches and stats over old tasks answer as over new ones."""
+    from asyncagents.tasks.queries import TaskQuery
+    from asyncagents.tasks.store.sqlite import _MIGRATE_1_TO_2, _V1_SCHEMA
+
+    path = tmp_path / "tasks.db"
+    done = make_task("tsk_done", status=TaskStatus.COMPLETED, created_at=1_000)
+    done.agent, done.result, done.completed_at, done.updated_at = (
+        "explore",
+        "Found IT",
+        1_250,
+        1_300,
+    )
+    done.progress = TaskProgress(tool_calls=3, tools={"grep": 2, "read": 1})
+    running = make_task("tsk_run", created_at=2_000)
+    db = sqlite3.connect(path, isolation_level=None)
+    for statement in (*_V1_SCHEMA, *_MIGRATE_1_TO_2):
+        db.execute(statement)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 2")
+    for t in (done, running):
+        db.execute(
+            "INSERT INTO tasks (id, parent_session_id, session_id, status, created_at, data, "
+            "backend, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                t.id,
+                t.parent_session_id,
+                None,
+                t.status.value,
+                t.created_at,
+                t.model_dump_json(),
+                t.backend,
+                t.owner,
+            ),
+        )
+    db.execute(
+        "INSERT INTO tasks (id, parent_session_id, status, created_at, data, backend) "
+        "VALUES ('tsk_broken', 'ses_parent', 'running', 3000, 'not json', 'b1')"
+    )
+    db.close()
+
+    store = SQLiteTaskStore(path)
+    page = await store.query_tasks(TaskQuery(backend="b1", text="found it"))
+    assert page.tasks == [done] and page.total == 1
+    by_update = await store.query_tasks(TaskQuery(backend="b1", sort="updated_at"))
+    assert [t.id for t in by_update.tasks] == [running.id, done.id]  # the broken row is skipped
+    assert by_update.total == 3  # but counted, as a row of the store
+    stats = await store.task_stats("b1")
+    assert stats.by_agent == {"": 1, "explore": 1, "general": 1}
+    assert stats.tool_calls == {"grep": 2, "read": 1}
+    assert stats.durations.count == 1 and stats.durations.max_ms == 250
+    await store.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    check.close()

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 from asyncagents.tasks import StoreError
-from asyncagents.tasks.models import Notice, Task, now_ms
+from asyncagents.tasks.models import Notice, Task, TaskProgress, TaskStatus, now_ms
+from asyncagents.tasks.queries import DurationSummary, TaskChanges, TaskQuery, TaskStats
 from asyncagents.tasks.store import TaskStore
 from store_records import COMPLETED, RESUMED, RUNNING, make_notice, make_task
 
@@ -408,3 +409,170 @@ async def test_concurrent_claimers_never_get_the_same_notice(open_store: OpenSto
     assert set(counts) == {n.id for n in notices}
     assert max(counts.values()) == 1
     assert await handles[1].notices() == []
+
+
+# --- queries: pages, search, stats, changes ---------------------------------------------------
+
+
+def _ended(task: Task, status: TaskStatus, took: int, **tools: int) -> Task:
+    task.status = status
+    task.completed_at = task.created_at + took
+    task.updated_at = task.completed_at
+    task.progress = TaskProgress(tool_calls=sum(tools.values()), tools=tools)
+    return task
+
+
+async def _query_ids(store: TaskStore, **kw: object) -> tuple[list[str], int | None]:
+    page = await store.query_tasks(TaskQuery(backend="b1", **kw))  # type: ignore[arg-type]
+    return [t.id for t in page.tasks], page.total
+
+
+async def test_query_tasks_filters_sorts_and_counts_in_the_store(store: TaskStore) -> None:
+    a = make_task("tsk_a", parent="p1", created_at=10)
+    a.description, a.agent = "Deploy the site", "build"
+    b = _ended(make_task("tsk_b", parent="p1", created_at=30), COMPLETED, 50)
+    b.result = "All TESTS pass: 100% (50_50)"
+    c = _ended(make_task("tsk_c", parent="p2", created_at=20), TaskStatus.ERROR, 5)
+    c.error = "Größe exceeded"
+    d = make_task("tsk_d", parent="p1", created_at=30)  # ties with b: the id decides
+    d.prompt = "Look for TODO notes"
+    a.updated_at, d.updated_at = 15, 35
+    other = make_task("tsk_e", backend="b2", created_at=40)
+    for t in (a, b, c, d, other):
+        await store.insert(t)
+
+    assert await _query_ids(store) == (["tsk_d", "tsk_b", "tsk_c", "tsk_a"], 4)
+    assert await _query_ids(store, descending=False) == (["tsk_a", "tsk_c", "tsk_b", "tsk_d"], 4)
+    assert await _query_ids(store, sort="updated_at") == (["tsk_b", "tsk_d", "tsk_c", "tsk_a"], 4)
+    assert await _query_ids(store, parent_session_id="p1") == (["tsk_d", "tsk_b", "tsk_a"], 3)
+    assert await _query_ids(store, statuses=frozenset({COMPLETED, TaskStatus.ERROR})) == (
+        ["tsk_b", "tsk_c"],
+        2,
+    )
+    assert await _query_ids(store, statuses=frozenset()) == ([], 0)
+    assert await _query_ids(store, agent="build") == (["tsk_a"], 1)
+    # the text: id, description, prompt, result, error; case-folded; LIKE's marks are plain
+    assert await _query_ids(store, text="deploy") == (["tsk_a"], 1)
+    assert await _query_ids(store, text="todo NOTES") == (["tsk_d"], 1)
+    assert await _query_ids(store, text="tests pass") == (["tsk_b"], 1)
+    assert await _query_ids(store, text="100%") == (["tsk_b"], 1)
+    assert await _query_ids(store, text="0_5") == (["tsk_b"], 1)
+    assert await _query_ids(store, text="%") == (["tsk_b"], 1)
+    assert await _query_ids(store, text="GRÖSSE") == (["tsk_c"], 1)
+    assert await _query_ids(store, text="tsk_c") == (["tsk_c"], 1)
+    assert await _query_ids(store, text="nothing like it") == ([], 0)
+    assert await _query_ids(store, text="TSK", parent_session_id="p1", limit=1) == (["tsk_d"], 3)
+    uncounted = await store.query_tasks(TaskQuery(backend="b1", count=False))
+    assert uncounted.total is None and len(uncounted.tasks) == 4
+    assert (await store.query_tasks(TaskQuery(backend="b1", text="deploy"))).tasks == [a]
+
+
+@pytest.mark.parametrize("sort", ["created_at", "updated_at"])
+@pytest.mark.parametrize("descending", [True, False])
+async def test_query_pages_cover_every_task_once_in_order(
+    store: TaskStore, sort: str, descending: bool
+) -> None:
+    made = []
+    for i in range(11):
+        task = make_task(f"tsk_{i:02d}", created_at=100 + i // 3)  # ties of three
+        task.updated_at = 500 - i // 2
+        made.append(task)
+        await store.insert(task)
+    key = (lambda t: t.created_at) if sort == "created_at" else (lambda t: t.updated_at)
+    expected = [t.id for t in sorted(made, key=lambda t: (key(t), t.id), reverse=descending)]
+    seen: list[str] = []
+    after = None
+    pages = 0
+    while True:
+        page = await store.query_tasks(
+            TaskQuery(backend="b1", sort=sort, descending=descending, limit=4, after=after)  # type: ignore[arg-type]
+        )
+        pages += 1
+        seen += [t.id for t in page.tasks]
+        assert page.total == 11
+        after = page.next_after
+        if after is None:
+            break
+        assert after == (key(page.tasks[-1]), page.tasks[-1].id)
+    assert seen == expected
+    assert pages == 3
+    exact = await store.query_tasks(TaskQuery(backend="b1", limit=11))
+    assert exact.next_after is None and len(exact.tasks) == 11
+
+
+async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
+    empty = await store.task_stats("b1")
+    assert empty == TaskStats(
+        tasks=0,
+        by_status={s.value: 0 for s in TaskStatus},
+        by_agent={},
+        tool_calls={},
+        tools_unrecorded=0,
+        durations=DurationSummary(),
+    )
+    tasks = [
+        _ended(make_task(parent="p1"), COMPLETED, 10, bash=2, read=1),
+        _ended(make_task(parent="p1"), COMPLETED, 40, read=3),
+        _ended(make_task(parent="p2"), TaskStatus.ERROR, 20),
+        _ended(make_task(parent="p2"), TaskStatus.CANCELLED, 30, bash=1),
+        make_task(parent="p1"),  # running: no duration
+    ]
+    tasks[1].agent = "explore"
+    old = _ended(make_task(parent="p2"), COMPLETED, 70)
+    old.progress = TaskProgress(tool_calls=4)  # an older version kept no names
+    tasks.append(old)
+    tasks.append(_ended(make_task(backend="b2"), COMPLETED, 999, edit=9))
+    for t in tasks:
+        await store.insert(t)
+    stats = await store.task_stats("b1")
+    assert stats == TaskStats(
+        tasks=6,
+        by_status={"running": 1, "resumed": 0, "completed": 3, "error": 1, "cancelled": 1},
+        by_agent={"explore": 1, "general": 5},
+        tool_calls={"read": 4, "bash": 3},
+        tools_unrecorded=1,
+        durations=DurationSummary(count=5, min_ms=10, median_ms=30, p95_ms=70, max_ms=70),
+    )
+    p1 = await store.task_stats("b1", "p1")
+    assert p1.tasks == 3 and p1.tool_calls == {"read": 4, "bash": 2}
+    assert p1.durations == DurationSummary(count=2, min_ms=10, median_ms=25.0, p95_ms=40, max_ms=40)
+    # a later turn's tools replace the earlier ones; a cleared parent's are gone
+    out = await store.update(
+        tasks[0].id,
+        lambda t: (t.model_copy(update={"progress": TaskProgress(tools={"grep": 1})}), None),
+    )
+    assert out is not None
+    assert (await store.task_stats("b1", "p1")).tool_calls == {"read": 3, "grep": 1}
+    await store.delete_parent("p1", backend="b1")
+    after = await store.task_stats("b1")
+    assert after.tasks == 3 and after.tool_calls == {"bash": 1}
+    assert (await store.task_stats("b2")).tool_calls == {"edit": 9}
+
+
+async def test_changed_since_reads_recent_writes_and_clears(store: TaskStore) -> None:
+    old = make_task(parent="p1")
+    old.updated_at = 1_000
+    new = make_task(parent="p2")
+    new.updated_at = now_ms()
+    other = make_task(parent="p2", backend="b2")
+    other.updated_at = now_ms()
+    for t in (old, new, other):
+        await store.insert(t)
+    mark = now_ms() - 60_000
+    changes = await store.changed_since("b1", mark)
+    assert changes == TaskChanges(tasks=[new], cleared=[])
+    assert [t.id for t in (await store.changed_since("b1", 0)).tasks] == [old.id, new.id]
+
+    def touch(t: Task) -> tuple[Task, None]:
+        t.updated_at = new.updated_at + 5
+        return t, None
+
+    assert await store.update(old.id, touch) is not None
+    assert [t.id for t in (await store.changed_since("b1", mark)).tasks] == [new.id, old.id]
+    before_clear = now_ms()
+    await store.delete_parent("p2", backend="b1")
+    changes = await store.changed_since("b1", before_clear)
+    assert changes.cleared == [new.id]
+    assert new.id not in [t.id for t in changes.tasks]
+    assert (await store.changed_since("b2", before_clear)).cleared == []
+    assert (await store.changed_since("b1", now_ms() + 60_000)).cleared == []

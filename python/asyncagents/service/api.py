@@ -15,9 +15,7 @@ import binascii
 import contextlib
 import json
 import logging
-import math
-import statistics
-from collections import Counter
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from ..tasks import conversation
+from ..tasks import conversation, queries
 from ..tasks.backend import JSON
 from ..tasks.errors import (
     BackendError,
@@ -38,6 +36,7 @@ from ..tasks.errors import (
     TaskNotFoundError,
     TaskNotRunningError,
     TaskRequestError,
+    UnknownMessageError,
 )
 from ..tasks.manager import TaskManager
 from ..tasks.models import Task, TaskStatus
@@ -63,8 +62,12 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
 #: the longest text of one message part the messages route returns (the rest is cut)
 MAX_PART_CHARS = 20_000
-#: concurrent message reads for the stats' tool counts
-STATS_CONCURRENCY = 8
+#: the most tasks a new event stream's snapshot shows (the most recently changed ones); the
+#: list route pages through all of them
+SNAPSHOT_LIMIT = 500
+#: how far back each store poll reaches before the previous one began (ms): writers on other
+#: hosts stamp `updated_at` with their own clocks, and a write commits a little after its stamp
+POLL_OVERLAP_MS = 5_000
 
 log = logging.getLogger(__name__)
 
@@ -173,49 +176,7 @@ class Cursor:
         return cls(s, key, task_id)
 
 
-def _sort_key(task: Task, field: str) -> int:
-    return task.updated_at if field == "updated_at" else task.created_at
-
-
-def page_tasks(
-    tasks: Sequence[Task], *, sort: str, limit: int, cursor: Cursor | None
-) -> tuple[list[Task], Cursor | None]:
-    """One page of `tasks` in `sort` order after `cursor` (keyset: stable under inserts)."""
-    field = sort.lstrip("-")
-    descending = sort.startswith("-")
-    ordered = sorted(tasks, key=lambda t: (_sort_key(t, field), t.id), reverse=descending)
-    if cursor is not None:
-        mark = (cursor.key, cursor.id)
-
-        def after(t: Task) -> bool:
-            key = (_sort_key(t, field), t.id)
-            return key < mark if descending else key > mark
-
-        ordered = [t for t in ordered if after(t)]
-    page = ordered[:limit]
-    more = len(ordered) > limit
-    last = page[-1] if page else None
-    next_cursor = Cursor(sort, _sort_key(last, field), last.id) if more and last else None
-    return page, next_cursor
-
-
-def matches_text(task: Task, needle: str) -> bool:
-    """`q`: a case-insensitive substring of the description or the prompt."""
-    folded = needle.casefold()
-    return folded in task.description.casefold() or folded in task.prompt.casefold()
-
-
 # -- task views -------------------------------------------------------------------------------
-
-
-def turn_duration_ms(task: Task) -> int | None:
-    """How long the task's last turn ran (launch: since creation; resume: since its start)."""
-    if task.completed_at is None or task.status.active:
-        return None
-    start = task.created_at
-    if task.resume_count > 0 and task.turn_started_at is not None:
-        start = task.turn_started_at
-    return max(0, task.completed_at - start)
 
 
 def _clip(text: Any) -> tuple[str, bool]:
@@ -265,58 +226,9 @@ def message_view(message: JSON) -> JSON:
     }
 
 
-def select_messages(
-    messages: list[JSON],
-    task: Task,
-    *,
-    full_session: bool,
-    since_message_id: str | None,
-    message_limit: int | None,
-) -> list[JSON]:
-    """The output tool's filters: the current turn (or the whole session), after a message id,
-    the newest `message_limit`."""
-    if not full_session and task.turn_after_message_id is not None:
-        ids = [str((m.get("info") or {}).get("id")) for m in messages]
-        if task.turn_after_message_id in ids:
-            messages = messages[ids.index(task.turn_after_message_id) + 1 :]
-    try:
-        return conversation.select_messages(
-            messages, since_message_id=since_message_id, message_limit=message_limit
-        )
-    except TaskRequestError:
-        raise bad_param(
-            "since_message_id", f"{since_message_id!r} is not in the conversation"
-        ) from None
-
-
-def percentile(sorted_values: Sequence[int], fraction: float) -> int:
-    """Nearest-rank percentile of an ascending, non-empty sequence."""
-    rank = max(1, math.ceil(fraction * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
 def duration_summary(durations: Sequence[int]) -> JSON:
     """min, median, p95, max (ms) of ended turns; nulls when none ended."""
-    values = sorted(durations)
-    if not values:
-        return {"count": 0, "min_ms": None, "median_ms": None, "p95_ms": None, "max_ms": None}
-    return {
-        "count": len(values),
-        "min_ms": values[0],
-        "median_ms": statistics.median(values),
-        "p95_ms": percentile(values, 0.95),
-        "max_ms": values[-1],
-    }
-
-
-def count_tools(messages: list[JSON]) -> Counter[str]:
-    """Tool calls by name in a conversation."""
-    counts: Counter[str] = Counter()
-    for message in messages:
-        for part in message.get("parts") or []:
-            if part.get("type") == "tool":
-                counts[str(part.get("tool") or "unknown")] += 1
-    return counts
+    return queries.duration_summary(durations).model_dump()
 
 
 class EventStreamResponse(StreamingResponse):
@@ -375,9 +287,9 @@ class DashboardApi:
         #: catches changes no listener reports (other processes sharing the store)
         self.poll_interval = poll_interval
         self._poller: asyncio.Task[None] | None = None
+        #: where the next store poll starts reading changes (ms, this host's clock)
+        self._poll_from = 0
         self.hub.attach(manager)
-        #: (task id, turn, updated_at) -> tool counts of an ended turn (they no longer change)
-        self._tool_counts: dict[tuple[str, int, int], Counter[str]] = {}
         self.routes: list[BaseRoute] = [
             Route("/", self.page, methods=["GET"], include_in_schema=False),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static"),
@@ -420,15 +332,18 @@ class DashboardApi:
         if not token_matches(request.headers.get("authorization"), self.token):
             raise ApiError(401, "unauthorized", UNAUTHORIZED)
 
-    async def _all_tasks(self) -> list[Task]:
-        return await self.manager.store.list_tasks(backend=self.manager.backend_name)
+    async def _snapshot(self) -> list[Task]:
+        page = await self.manager.query_tasks(sort="updated_at", limit=SNAPSHOT_LIMIT, count=False)
+        return page.tasks
 
     async def _task(self, request: Request) -> Task:
         task_id = request.path_params["task_id"]
-        task = await self.manager.store.get(task_id)
-        if task is None or task.backend != self.manager.backend_name:
-            raise ApiError(404, "not_found", f"no task {task_id!r}")
-        return task
+        try:
+            return await self.manager.get_task(task_id)
+        except TaskNotFoundError:
+            raise ApiError(404, "not_found", f"no task {task_id!r}") from None
+        except TaskRequestError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
 
     # -- endpoints -----------------------------------------------------------------------------
 
@@ -445,23 +360,22 @@ class DashboardApi:
         limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         cursor = Cursor.decode(params["cursor"], sort) if params.get("cursor") else None
         statuses = _statuses(params)
-        parent = params.get("parent") or None
-        agent = params.get("agent") or None
-        needle = params.get("q") or None
-        tasks = [
-            t
-            for t in await self._all_tasks()
-            if (parent is None or t.parent_session_id == parent)
-            and (statuses is None or t.status in statuses)
-            and (agent is None or t.agent == agent)
-            and (needle is None or matches_text(t, needle))
-        ]
-        page, next_cursor = page_tasks(tasks, sort=sort, limit=limit, cursor=cursor)
+        page = await self.manager.query_tasks(
+            parent_session_id=params.get("parent") or None,
+            statuses=statuses,
+            agent=params.get("agent") or None,
+            text=params.get("q") or None,
+            sort="updated_at" if sort.endswith("updated_at") else "created_at",
+            descending=sort.startswith("-"),
+            limit=limit,
+            after=None if cursor is None else (cursor.key, cursor.id),
+        )
+        last = page.next_after
         return JSONResponse(
             {
-                "tasks": [task_json(self.hub.with_live_progress(t)) for t in page],
-                "total": len(tasks),
-                "next_cursor": next_cursor.encode() if next_cursor else None,
+                "tasks": [task_json(self.hub.with_live_progress(t)) for t in page.tasks],
+                "total": page.total,
+                "next_cursor": None if last is None else Cursor(sort, *last).encode(),
             }
         )
 
@@ -470,7 +384,7 @@ class DashboardApi:
         _only(request, ())
         task = self.hub.with_live_progress(await self._task(request))
         out = task_json(task)
-        out["duration_ms"] = turn_duration_ms(task)
+        out["duration_ms"] = queries.turn_duration_ms(task)
         return JSONResponse(out)
 
     async def messages(self, request: Request) -> Response:
@@ -483,31 +397,34 @@ class DashboardApi:
             if params.get("message_limit")
             else None
         )
-        task = await self._task(request)
-        messages: list[JSON] = []
-        if task.session_id is not None:
-            try:
-                messages = await self.manager.backend.messages(task.session_id)
-            except SessionNotFoundError:
-                raise ApiError(
-                    404,
-                    "not_found",
-                    f"the child session {task.session_id} of task {task.id} no longer exists",
-                ) from None
-            except BackendError as exc:
-                raise ApiError(502, "backend_error", f"reading the conversation: {exc}") from exc
-        chosen = select_messages(
-            messages,
-            task,
-            full_session=full_session,
-            since_message_id=since,
-            message_limit=limit,
-        )
+        task_id = request.path_params["task_id"]
+        try:
+            read = await self.manager.read_messages(
+                task_id,
+                full_session=full_session,
+                since_message_id=since,
+                message_limit=limit,
+            )
+        except TaskNotFoundError:
+            raise ApiError(404, "not_found", f"no task {task_id!r}") from None
+        except UnknownMessageError:
+            raise bad_param("since_message_id", f"{since!r} is not in the conversation") from None
+        except SessionNotFoundError:
+            task = await self._task(request)
+            raise ApiError(
+                404,
+                "not_found",
+                f"the child session {task.session_id} of task {task.id} no longer exists",
+            ) from None
+        except BackendError as exc:
+            raise ApiError(502, "backend_error", f"reading the conversation: {exc}") from exc
+        except TaskRequestError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
         return JSONResponse(
             {
-                "task_id": task.id,
-                "session_id": task.session_id,
-                "messages": [message_view(m) for m in chosen],
+                "task_id": read.task.id,
+                "session_id": read.task.session_id,
+                "messages": [message_view(m) for m in read.messages],
             }
         )
 
@@ -528,57 +445,20 @@ class DashboardApi:
     async def stats(self, request: Request) -> Response:
         """Counts by status and agent, tool calls by name, turn durations."""
         params = _only(request, ("parent",))
-        parent = params.get("parent") or None
-        tasks = [
-            t for t in await self._all_tasks() if parent is None or t.parent_session_id == parent
-        ]
-        by_status = Counter(t.status.value for t in tasks)
-        by_agent = Counter(t.agent for t in tasks)
-        tools, unreadable = await self._tool_totals(tasks)
-        durations = [d for d in map(turn_duration_ms, tasks) if d is not None]
+        stats = await self.manager.task_stats(params.get("parent") or None)
         return JSONResponse(
             {
-                "tasks": len(tasks),
-                "by_status": {s.value: by_status.get(s.value, 0) for s in TaskStatus},
-                "by_agent": dict(sorted(by_agent.items())),
+                "tasks": stats.tasks,
+                "by_status": stats.by_status,
+                "by_agent": stats.by_agent,
                 "tool_calls": {
-                    "total": sum(tools.values()),
-                    "by_name": dict(sorted(tools.items(), key=lambda kv: (-kv[1], kv[0]))),
-                    "unreadable_tasks": unreadable,
+                    "total": sum(stats.tool_calls.values()),
+                    "by_name": stats.tool_calls,
+                    "unreadable_tasks": stats.tools_unrecorded,
                 },
-                "durations": duration_summary(durations),
+                "durations": stats.durations.model_dump(),
             }
         )
-
-    async def _tool_totals(self, tasks: Sequence[Task]) -> tuple[Counter[str], int]:
-        """Tool calls by name over the tasks' conversations (ended turns are cached)."""
-        gate = asyncio.Semaphore(STATS_CONCURRENCY)
-
-        async def one(task: Task) -> Counter[str] | None:
-            key = (task.id, task.turn, task.updated_at)
-            cached = self._tool_counts.get(key)
-            if cached is not None:
-                return cached
-            assert task.session_id is not None
-            async with gate:
-                try:
-                    messages = await self.manager.backend.messages(task.session_id)
-                except BackendError:
-                    return None
-            counts = count_tools(messages)
-            if not task.status.active:
-                self._tool_counts[key] = counts
-            return counts
-
-        results = await asyncio.gather(*(one(t) for t in tasks if t.session_id))
-        total: Counter[str] = Counter()
-        unreadable = 0
-        for counts in results:
-            if counts is None:
-                unreadable += 1
-            else:
-                total.update(counts)
-        return total, unreadable
 
     async def events(self, request: Request) -> Response:
         """Server-Sent Events: a snapshot (or a resume), then every task change."""
@@ -593,19 +473,34 @@ class DashboardApi:
         except TooManySubscribersError as exc:
             raise ApiError(503, "too_many_subscribers", str(exc)) from None
         return EventStreamResponse(
-            self.hub, sub, self.hub.stream(sub, self._all_tasks, self.closing)
+            self.hub, sub, self.hub.stream(sub, self._snapshot, self.closing)
         )
+
+    async def _read_changes(self, since: int) -> queries.TaskChanges:
+        return await self.manager.changed_since(since)
 
     async def _reconcile(self, *, seed: bool = False) -> None:
         try:
             read_from = self.hub.last_id  # events published during the read are newer than it
-            self.hub.reconcile(await self._all_tasks(), seed=seed, read_from=read_from)
+            began = time.time_ns() // 1_000_000
+            since = self._poll_from
+            changes = await self._read_changes(since)
+            self.hub.apply_changes(
+                changes.tasks,
+                changes.cleared,
+                seed=seed,
+                read_from=read_from,
+                forget_before=since,
+            )
+            self._poll_from = began - POLL_OVERLAP_MS
         except Exception:  # a store that failed once may answer next time
-            log.exception("comparing the stored tasks with the event stream failed")
+            log.exception("reading the store's changes for the event stream failed")
 
     async def _poll(self, interval: float) -> None:
-        """Compare the store with the events every `interval` s until the service stops; the
-        first read only remembers the tasks (the snapshots show them)."""
+        """Read the store's changes every `interval` s until the service stops (an indexed
+        read of what changed since the last poll, never every task); the first read starts
+        `POLL_OVERLAP_MS` ago and only remembers (the snapshots show those tasks)."""
+        self._poll_from = time.time_ns() // 1_000_000 - POLL_OVERLAP_MS
         await self._reconcile(seed=True)
         while not self.closing.is_set():
             with contextlib.suppress(asyncio.TimeoutError):

@@ -23,10 +23,13 @@ import asyncio
 import builtins
 import logging
 import os
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from .backend import JSON, SessionBackend
 from .config import TaskManagerConfig
+from .conversation import select_messages
 from .errors import (
     AmbiguousTaskIdError,
     BackendError,
@@ -46,6 +49,7 @@ from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_build
 from .models import OutputResult, Task, TaskStatus, message_id_after, new_id, now_ms
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
+from .queries import SortField, TaskChanges, TaskPage, TaskQuery, TaskStats
 from .recorder import Listener, Recorder
 from .registry import RunRegistry
 from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
@@ -58,6 +62,7 @@ __all__ = [
     "ForkBuilder",
     "ForkContextLike",
     "TaskManager",
+    "TaskMessages",
     "default_backend_name",
     "default_store_path",
 ]
@@ -71,6 +76,16 @@ NOT_STARTED = (
 )
 #: how many candidates an ambiguous id prefix names
 PREFIX_CANDIDATES = 5
+
+
+@dataclass(frozen=True)
+class TaskMessages:
+    """What `TaskManager.read_messages` read: the task, the chosen messages, and how many
+    messages its session holds in all."""
+
+    task: Task
+    messages: list[JSON]
+    total: int
 
 
 def _created_ms(session: JSON) -> int:
@@ -352,30 +367,55 @@ class TaskManager:
         since_message_id: str | None = None,
         message_limit: int | None = None,
     ) -> builtins.list[JSON]:
-        """The child's messages (OpenCode's ``{info, parts}``, oldest first).
+        """The child's messages (OpenCode's ``{info, parts}``, oldest first), chosen as
+        `read_messages` does; a child session that is gone raises `SessionExpiredError`."""
+        try:
+            read = await self.read_messages(
+                task_id,
+                parent_session_id,
+                full_session=full_session,
+                since_message_id=since_message_id,
+                message_limit=message_limit,
+            )
+        except SessionNotFoundError:
+            task = await self._resolve(task_id, parent_session_id)
+            raise SessionExpiredError(task.id, task.session_id) from None
+        return read.messages
 
-        By default the current turn's; `full_session` the whole conversation (with an injected
-        fork context); `since_message_id` only those after that message; `message_limit` only
-        the newest that many of what is selected.
+    async def read_messages(
+        self,
+        task_id: str,
+        parent_session_id: str | None = None,
+        *,
+        full_session: bool = False,
+        since_message_id: str | None = None,
+        message_limit: int | None = None,
+    ) -> TaskMessages:
+        """The one reader of a task's conversation: the task, the chosen messages and how many
+        the session has.
+
+        By default the current turn's messages; `full_session` the whole conversation (with an
+        injected fork context); `since_message_id` those after that message of the session
+        (`UnknownMessageError` if it is not one); `message_limit` only the newest that many of
+        what is chosen. A child session that is gone raises `SessionNotFoundError`.
         """
         await self.start()
         if message_limit is not None and message_limit < 0:
             raise TaskRequestError("message_limit must be 0 or more.")
         task = await self._resolve(task_id, parent_session_id)
         if not task.session_id:
-            return []
-        try:
-            messages = await self.backend.messages(task.session_id)
-        except SessionNotFoundError:
-            raise SessionExpiredError(task.id, task.session_id) from None
+            return TaskMessages(task=task, messages=[], total=0)
+        messages = await self.backend.messages(task.session_id)
         after = since_message_id
         if after is None and not full_session:
             after = task.turn_after_message_id
-        if after is not None:
-            messages = [m for m in messages if str((m.get("info") or {}).get("id", "")) > after]
-        if message_limit is not None:
-            messages = messages[-message_limit:] if message_limit else []
-        return messages
+            ids = [str((m.get("info") or {}).get("id", "")) for m in messages]
+            if after is not None and after not in ids:
+                # the message the turn follows is gone (compacted): what sorts after it
+                messages = [m for m, i in zip(messages, ids, strict=True) if i > after]
+                after = None
+        chosen = select_messages(messages, since_message_id=after, message_limit=message_limit)
+        return TaskMessages(task=task, messages=chosen, total=len(messages))
 
     async def list(
         self, parent_session_id: str, status: TaskStatus | None = None
@@ -385,6 +425,55 @@ class TaskManager:
         return await self.store.list_tasks(
             parent_session_id, None if status is None else (status,), backend=self.backend_name
         )
+
+    async def get_task(self, task_id: str, parent_session_id: str | None = None) -> Task:
+        """A task of this backend by id or unique id prefix (`TaskNotFoundError` if none,
+        `AmbiguousTaskIdError` if the prefix names several)."""
+        await self.start()
+        return await self._resolve(task_id, parent_session_id)
+
+    async def query_tasks(
+        self,
+        *,
+        parent_session_id: str | None = None,
+        statuses: Collection[TaskStatus] | None = None,
+        agent: str | None = None,
+        text: str | None = None,
+        sort: SortField = "created_at",
+        descending: bool = True,
+        limit: int = 100,
+        after: tuple[int, str] | None = None,
+        count: bool = True,
+    ) -> TaskPage:
+        """One page of this backend's tasks matching every filter given, run in the store
+        (`TaskQuery` says what each means); `TaskPage.next_after` is the next page's `after`."""
+        await self.start()
+        return await self.store.query_tasks(
+            TaskQuery(
+                backend=self.backend_name,
+                parent_session_id=parent_session_id,
+                statuses=None if statuses is None else frozenset(statuses),
+                agent=agent,
+                text=text,
+                sort=sort,
+                descending=descending,
+                limit=limit,
+                after=after,
+                count=count,
+            )
+        )
+
+    async def task_stats(self, parent_session_id: str | None = None) -> TaskStats:
+        """Counts by status and agent, tool calls by name, last-turn durations of this
+        backend's tasks (of one parent when given), computed in the store."""
+        await self.start()
+        return await self.store.task_stats(self.backend_name, parent_session_id)
+
+    async def changed_since(self, since: int) -> TaskChanges:
+        """This backend's tasks written at or after `since` (epoch ms, the writers' clocks) and
+        the ids of those cleared since, by any process sharing the store; an indexed read."""
+        await self.start()
+        return await self.store.changed_since(self.backend_name, since)
 
     async def cancel(self, task_id: str, parent_session_id: str | None = None) -> Task:
         """Cancel a running (or resumed) task: mark it cancelled, then abort its session.

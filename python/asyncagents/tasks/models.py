@@ -67,6 +67,8 @@ class TaskProgress(BaseModel):
     last_tool: str | None = None
     last_activity_at: int | None = None
     steps: int = 0
+    #: tool calls by tool name (the stats add them up across tasks)
+    tools: dict[str, int] = Field(default_factory=dict)
 
 
 class Task(BaseModel):

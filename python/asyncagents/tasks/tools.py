@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..plain import surrogate_free
-from .conversation import read_conversation
+from .conversation import format_conversation
 from .errors import TaskError
 from .models import OutputResult, Task, TaskStatus, now_ms
 from .tool_args import (
@@ -291,13 +291,14 @@ async def _output(
         out = await read(args.block)
     text = format_output(out)
     if args.wants_conversation and out.task.session_id:
-        conversation = await read_conversation(
-            manager.backend,
-            out.task.session_id,
+        chosen = await manager.read_messages(
+            out.task.id,
+            session_id,
+            full_session=True,
             since_message_id=args.since_message_id,
             message_limit=args.message_limit,
         )
-        text = f"{text}\n\n{conversation}"
+        text = f"{text}\n\n{format_conversation(chosen.messages, total=chosen.total)}"
     return text
 
 

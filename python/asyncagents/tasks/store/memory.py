@@ -12,6 +12,16 @@ from collections.abc import Collection
 
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
+from ..queries import (
+    CLEARED_MEMORY_MS,
+    TaskChanges,
+    TaskPage,
+    TaskQuery,
+    TaskStats,
+    matches,
+    sort_key,
+    stats_of,
+)
 from .base import ACTIVE_STATUSES, Mutation
 from .rows import seconds_to_ms as _ms
 
@@ -24,6 +34,8 @@ class InMemoryTaskStore:
         self._tasks: dict[str, Task] = {}
         self._notices: dict[str, Notice] = {}
         self._leases: dict[str, tuple[str, int]] = {}
+        #: cleared task id -> (backend, when)
+        self._cleared: dict[str, tuple[str, int]] = {}
 
     async def open(self) -> None:
         return None
@@ -101,13 +113,68 @@ class InMemoryTaskStore:
 
         with self._lock:
             gone = [t for t in self._tasks.values() if doomed(t.parent_session_id, t.backend)]
+            now = now_ms()
             for task in gone:
                 del self._tasks[task.id]
+                self._cleared[task.id] = (task.backend, now)
+            for task_id, (_, at) in list(self._cleared.items()):
+                if at < now - CLEARED_MEMORY_MS:
+                    del self._cleared[task_id]
             for notice in list(self._notices.values()):
                 if doomed(notice.parent_session_id, notice.backend):
                     del self._notices[notice.id]
         gone.sort(key=lambda t: (t.created_at, t.id), reverse=True)
         return gone
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        with self._lock:
+            found = [t for t in self._tasks.values() if matches(t, query)]
+            ordered = sorted(
+                found, key=lambda t: (sort_key(t, query.sort), t.id), reverse=query.descending
+            )
+            if query.after is not None:
+                mark = query.after
+
+                def after(t: Task) -> bool:
+                    key = (sort_key(t, query.sort), t.id)
+                    return key < mark if query.descending else key > mark
+
+                ordered = [t for t in ordered if after(t)]
+            page = [t.model_copy(deep=True) for t in ordered[: query.limit]]
+        more = len(ordered) > query.limit
+        last = page[-1] if page and more else None
+        return TaskPage(
+            tasks=page,
+            total=len(found) if query.count else None,
+            next_after=None if last is None else (sort_key(last, query.sort), last.id),
+        )
+
+    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        with self._lock:
+            tasks = [
+                t
+                for t in self._tasks.values()
+                if t.backend == backend
+                and (parent_session_id is None or t.parent_session_id == parent_session_id)
+            ]
+            return stats_of(tasks)
+
+    async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        with self._lock:
+            tasks = sorted(
+                (
+                    t.model_copy(deep=True)
+                    for t in self._tasks.values()
+                    if t.backend == backend and t.updated_at >= since
+                ),
+                key=lambda t: (t.updated_at, t.id),
+            )
+            cleared = sorted(
+                (at, task_id)
+                for task_id, (of, at) in self._cleared.items()
+                if of == backend and at >= since
+            )
+        return TaskChanges(tasks=tasks, cleared=[task_id for _, task_id in cleared])
 
     async def renew_lease(self, owner: str, backend: str, ttl: float) -> None:
         with self._lock:

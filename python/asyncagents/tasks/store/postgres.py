@@ -22,6 +22,7 @@ host; keep the password out of the DSN with a ``~/.pgpass`` file or ``PGPASSWORD
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -32,19 +33,39 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import StoreError
-from ..models import Notice, Task, TaskStatus
+from ..models import Notice, Task, TaskStatus, now_ms
+from ..queries import (
+    CLEARED_MEMORY_MS,
+    DurationSummary,
+    TaskChanges,
+    TaskPage,
+    TaskQuery,
+    TaskStats,
+    sorted_tools,
+)
 from .base import ACTIVE_STATUSES, Mutation
-from .rows import load_notice, load_task, seconds_to_ms
+from .rows import (
+    ToolsKey,
+    derived,
+    like_pattern,
+    load_notice,
+    load_task,
+    seconds_to_ms,
+    tools_key,
+)
+
+log = logging.getLogger("asyncagents.tasks.store")
 
 #: the row of ``asyncagents_meta`` that marks a schema as ours
 APPLICATION = "asyncagents-tasks"
 #: the schema version this code writes and reads
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: "now" in epoch ms on the server, fixed for one statement
 _NOW = "(extract(epoch from statement_timestamp()) * 1000)::bigint"
-_TABLES = frozenset({"asyncagents_meta", "tasks", "notices", "leases"})
+_V1_TABLES = frozenset({"asyncagents_meta", "tasks", "notices", "leases"})
+_TABLES = _V1_TABLES | {"task_tools", "cleared"}
 #: text columns sort by code point (``COLLATE "C"``), like Python and SQLite
 _SCHEMA = (
     "CREATE TABLE asyncagents_meta (application TEXT NOT NULL, version INTEGER NOT NULL)",
@@ -64,7 +85,36 @@ _SCHEMA = (
     "expires_at BIGINT NOT NULL)",
 )
 
+#: version 1 -> 2: the columns and indexes that let lists, searches, stats and change polls run
+#: in SQL (filled from each row's JSON by `_fill_derived`), tool calls by name, cleared ids
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE tasks ADD COLUMN agent TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN updated_at BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN duration_ms BIGINT",
+    "ALTER TABLE tasks ADD COLUMN search TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN tools_unrecorded INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX tasks_by_created ON tasks (backend, created_at, id)",
+    "CREATE INDEX tasks_by_updated ON tasks (backend, updated_at, id)",
+    "CREATE INDEX tasks_counts ON tasks (backend, status, agent, tools_unrecorded)",
+    "CREATE INDEX tasks_agent ON tasks (backend, agent, created_at, id)",
+    "CREATE INDEX tasks_durations ON tasks (backend, duration_ms) WHERE duration_ms IS NOT NULL",
+    'CREATE TABLE task_tools (task_id TEXT COLLATE "C" NOT NULL, backend TEXT NOT NULL, '
+    "parent_session_id TEXT NOT NULL, tool TEXT NOT NULL, calls INTEGER NOT NULL, "
+    "PRIMARY KEY (task_id, tool))",
+    "CREATE INDEX task_tools_backend ON task_tools (backend, tool, calls)",
+    "CREATE INDEX task_tools_parent ON task_tools (backend, parent_session_id)",
+    'CREATE TABLE cleared (id TEXT COLLATE "C" PRIMARY KEY, backend TEXT NOT NULL, '
+    "cleared_at BIGINT NOT NULL)",
+    "CREATE INDEX cleared_at ON cleared (backend, cleared_at)",
+)
+
 _TASK_COLUMNS = "id, data, backend, owner"
+#: the columns `_task_values` fills, in its order (the id last)
+_WRITTEN = (
+    "parent_session_id, session_id, status, created_at, data, backend, owner, agent, updated_at, "
+    "duration_ms, search, tools_unrecorded"
+)
+_SORTS = {"created_at": "created_at", "updated_at": "updated_at"}
 _NOTICE_COLUMNS = "id, data, backend, claimed_by, claim_expires_at, next_attempt_at"
 _ACTIVE = sorted(s.value for s in ACTIVE_STATUSES)
 
@@ -195,8 +245,9 @@ class PostgresTaskStore:
             relations = {str(r[0]) for r in await cur.fetchall()}
             if not relations:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-                for statement in _SCHEMA:
+                for statement in (*_SCHEMA, *_MIGRATE_1_TO_2):
                     await conn.execute(statement)  # search_path points at the schema
+                await self._index_search(conn)
                 await conn.execute(
                     "INSERT INTO asyncagents_meta (application, version) VALUES (%s, %s)",
                     (APPLICATION, SCHEMA_VERSION),
@@ -216,11 +267,44 @@ class PostgresTaskStore:
                     )
                 if version == SCHEMA_VERSION and relations == _TABLES:
                     return
+                if version == 1 and relations == _V1_TABLES:
+                    for statement in _MIGRATE_1_TO_2:
+                        await conn.execute(statement)
+                    await self._fill_derived(conn)
+                    await self._index_search(conn)
+                    await conn.execute(
+                        "UPDATE asyncagents_meta SET version = %s", (SCHEMA_VERSION,)
+                    )
+                    return
             names = ", ".join(sorted(relations))
             raise StoreError(
                 f"{self._where}: the schema is not an asyncagents task store (it holds: "
                 f"{names}); it was left untouched. Give PostgresTaskStore another schema= or "
                 "database."
+            )
+
+    async def _index_search(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A trigram index on ``tasks.search`` (extension ``pg_trgm``), so a search of 3 or
+        more characters reads candidate rows from the index instead of every row. Without the
+        extension (not installed on the server, or the role may not create it) searches still
+        work, by a scan; a warning says so."""
+        try:
+            async with conn.transaction():  # a savepoint: a refusal leaves the rest intact
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+                cur = await conn.execute(
+                    "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n "
+                    "ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
+                )
+                row = await cur.fetchone()
+                assert row is not None
+                await conn.execute(
+                    f'CREATE INDEX tasks_search ON tasks USING gin (search "{row[0]}".gin_trgm_ops)'
+                )
+        except psycopg.Error as exc:
+            log.warning(
+                "%s: no trigram index for searches (pg_trgm: %s); searches scan the tasks",
+                self._where,
+                str(exc).strip(),
             )
 
     async def close(self) -> None:
@@ -274,16 +358,52 @@ class PostgresTaskStore:
             task.model_dump_json(),
             task.backend,
             task.owner,
+            *derived(task),
             task.id,
         )
 
+    @staticmethod
+    async def _save_tools(
+        conn: psycopg.AsyncConnection[Any], task: Task, before: ToolsKey | None
+    ) -> None:
+        """Keep the task's tool calls by name (rows of ``task_tools``) as its progress says;
+        `before` is `tools_key` of the stored task (None: a new one)."""
+        if before == tools_key(task):
+            return
+        if before is not None:
+            await conn.execute("DELETE FROM task_tools WHERE task_id = %s", (task.id,))
+        rows = [
+            (task.id, task.backend, task.parent_session_id, name, calls)
+            for name, calls in task.progress.tools.items()
+        ]
+        if rows:
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO task_tools (task_id, backend, parent_session_id, tool, calls) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    rows,
+                )
+
+    async def _fill_derived(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Migration to version 2: the derived columns and tool rows of every stored task."""
+        await conn.execute("UPDATE tasks SET updated_at = created_at")
+        cur = await conn.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")
+        for task in self._tasks(await cur.fetchall()):
+            await conn.execute(
+                "UPDATE tasks SET agent = %s, updated_at = %s, duration_ms = %s, search = %s, "
+                "tools_unrecorded = %s WHERE id = %s",
+                (*derived(task), task.id),
+            )
+            await self._save_tools(conn, task, None)
+
     async def insert(self, task: Task) -> None:
-        await self._execute(
-            f"inserting task {task.id}",
-            "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
-            "backend, owner, id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            self._task_values(task),
-        )
+        async with self._connection(f"inserting task {task.id}") as conn, conn.transaction():
+            await conn.execute(
+                f"INSERT INTO tasks ({_WRITTEN}, id) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                self._task_values(task),
+            )
+            await self._save_tools(conn, task, None)
 
     async def get(self, task_id: str) -> Task | None:
         rows = await self._fetch(
@@ -311,15 +431,17 @@ class PostgresTaskStore:
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (task_id,)
             )
             tasks = self._tasks(await cur.fetchall())
+            before = tools_key(tasks[0]) if tasks else None
             out = mutate(tasks[0]) if tasks else None
             if out is None:
                 return None
             new, notice = out
             await conn.execute(
-                "UPDATE tasks SET parent_session_id = %s, session_id = %s, status = %s, "
-                "created_at = %s, data = %s, backend = %s, owner = %s WHERE id = %s",
+                f"UPDATE tasks SET {', '.join(c + ' = %s' for c in _WRITTEN.split(', '))} "
+                "WHERE id = %s",
                 self._task_values(new),
             )
+            await self._save_tools(conn, new, before)
             if notice is not None:
                 await conn.execute(
                     "INSERT INTO notices (parent_session_id, created_at, data, backend, "
@@ -386,8 +508,136 @@ class PostgresTaskStore:
             )
             rows = await cur.fetchall()
             await conn.execute(f"DELETE FROM notices WHERE {where}", args)
+            await conn.execute(f"DELETE FROM task_tools WHERE {where}", args)
+            now = now_ms()
+            if rows:
+                async with conn.cursor() as many:
+                    await many.executemany(
+                        "INSERT INTO cleared (id, backend, cleared_at) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (id) DO UPDATE SET backend = excluded.backend, "
+                        "cleared_at = excluded.cleared_at",
+                        [(r[0], r[2], now) for r in rows],
+                    )
+            await conn.execute(
+                "DELETE FROM cleared WHERE cleared_at < %s", (now - CLEARED_MEMORY_MS,)
+            )
         rows.sort(key=lambda r: (r[4], r[0]), reverse=True)
         return self._tasks(rows)
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        where = ["backend = %s"]
+        args: list[Any] = [query.backend]
+        if query.parent_session_id is not None:
+            where.append("parent_session_id = %s")
+            args.append(query.parent_session_id)
+        if query.statuses is not None:
+            where.append("status = ANY(%s)")
+            args.append(sorted(s.value for s in query.statuses))
+        if query.agent is not None:
+            where.append("agent = %s")
+            args.append(query.agent)
+        if query.text:
+            where.append("search LIKE %s")  # served by the trigram index when there is one
+            args.append(like_pattern(query.text))
+        column = _SORTS[query.sort]
+        order = "DESC" if query.descending else "ASC"
+        page_where, page_args = list(where), list(args)
+        if query.after is not None:
+            page_where.append(f"({column}, id) {'<' if query.descending else '>'} (%s, %s)")
+            page_args.extend(query.after)
+        async with self._connection("querying tasks") as conn:
+            cur = await conn.execute(
+                f"SELECT {_TASK_COLUMNS}, {column} FROM tasks WHERE {' AND '.join(page_where)} "
+                f"ORDER BY {column} {order}, id {order} LIMIT %s",
+                [*page_args, query.limit + 1],
+            )
+            rows = await cur.fetchall()
+            total = None
+            if query.count:
+                cur = await conn.execute(
+                    f"SELECT count(*) FROM tasks WHERE {' AND '.join(where)}", args
+                )
+                found = await cur.fetchone()
+                total = int(found[0]) if found else 0
+        more = len(rows) > query.limit
+        rows = rows[: query.limit]
+        last = rows[-1] if rows and more else None
+        return TaskPage(
+            tasks=self._tasks(rows),
+            total=total,
+            next_after=None if last is None else (int(last[4]), str(last[0])),
+        )
+
+    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        where, args = _where([("backend", backend), ("parent_session_id", parent_session_id)])
+        timed = f"{where} AND duration_ms IS NOT NULL"
+        by_status = {s.value: 0 for s in TaskStatus}
+        by_agent: dict[str, int] = {}
+        total = unrecorded = 0
+        async with self._connection("counting tasks") as conn, conn.transaction():
+            # one snapshot for every count
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cur = await conn.execute(
+                "SELECT status, agent, count(*), sum(tools_unrecorded) FROM tasks "
+                f"WHERE {where} GROUP BY status, agent",
+                args,
+            )
+            for status, agent, count, missing in await cur.fetchall():
+                by_status[status] = by_status.get(status, 0) + int(count)
+                by_agent[agent] = by_agent.get(agent, 0) + int(count)
+                total += int(count)
+                unrecorded += int(missing)
+            cur = await conn.execute(
+                f"SELECT tool, sum(calls) FROM task_tools WHERE {where} GROUP BY tool", args
+            )
+            tools = {str(name): int(calls) for name, calls in await cur.fetchall()}
+            cur = await conn.execute(
+                "SELECT count(*), min(duration_ms), max(duration_ms), "
+                "percentile_disc(0.95) WITHIN GROUP (ORDER BY duration_ms), "
+                "percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) "
+                f"FROM tasks WHERE {timed}",
+                args,
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            count = int(row[0])
+            durations = DurationSummary()
+            if count:
+                # percentile_disc is the nearest rank; percentile_cont(0.5) the median
+                median = float(row[4])
+                durations = DurationSummary(
+                    count=count,
+                    min_ms=int(row[1]),
+                    median_ms=int(median) if median.is_integer() and count % 2 else median,
+                    p95_ms=int(row[3]),
+                    max_ms=int(row[2]),
+                )
+        return TaskStats(
+            tasks=total,
+            by_status=by_status,
+            by_agent=dict(sorted(by_agent.items())),
+            tool_calls=sorted_tools(tools),
+            tools_unrecorded=unrecorded,
+            durations=durations,
+        )
+
+    async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        async with self._connection("reading changed tasks") as conn:
+            cur = await conn.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = %s AND updated_at >= %s "
+                "ORDER BY updated_at, id",
+                (backend, since),
+            )
+            tasks = self._tasks(await cur.fetchall())
+            cur = await conn.execute(
+                "SELECT id FROM cleared WHERE backend = %s AND cleared_at >= %s "
+                "ORDER BY cleared_at, id",
+                (backend, since),
+            )
+            cleared = [str(r[0]) for r in await cur.fetchall()]
+        return TaskChanges(tasks=tasks, cleared=cleared)
 
     # --- ownership -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import logging
 from pydantic import ValidationError
 
 from ..models import Notice, Task
+from ..queries import search_text, tools_unrecorded, turn_duration_ms
 
 log = logging.getLogger("asyncagents.tasks.store")
 
@@ -56,3 +57,30 @@ def load_notice(
 def seconds_to_ms(seconds: float) -> int:
     """A TTL in whole milliseconds, the unit of every stored time."""
     return round(seconds * 1000)
+
+
+def derived(task: Task) -> tuple[str, int, int | None, str, int]:
+    """The columns the queries read that come from a task's JSON: agent, updated_at, the last
+    turn's duration, the searchable text and whether its tool names are missing."""
+    return (
+        task.agent,
+        task.updated_at,
+        turn_duration_ms(task),
+        search_text(task),
+        int(tools_unrecorded(task)),
+    )
+
+
+def like_pattern(text: str) -> str:
+    """A ``LIKE`` pattern (escape ``\\``) matching `text` anywhere, case-folded."""
+    escaped = text.casefold().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+#: what a task's ``task_tools`` rows follow from: backend, parent, tool calls by name
+ToolsKey = tuple[str, str, tuple[tuple[str, int], ...]]
+
+
+def tools_key(task: Task) -> ToolsKey:
+    """What the tool rows of `task` depend on (rewritten only when it changes)."""
+    return (task.backend, task.parent_session_id, tuple(sorted(task.progress.tools.items())))

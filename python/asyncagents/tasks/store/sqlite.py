@@ -26,15 +26,26 @@ from typing import Any, TypeVar
 
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
+from ..queries import (
+    CLEARED_MEMORY_MS,
+    DurationSummary,
+    TaskChanges,
+    TaskPage,
+    TaskQuery,
+    TaskStats,
+    median_ranks,
+    percentile_rank,
+    sorted_tools,
+)
 from .base import ACTIVE_STATUSES, Mutation
-from .rows import load_notice, load_task, seconds_to_ms
+from .rows import ToolsKey, derived, load_notice, load_task, seconds_to_ms, tools_key
 
 T = TypeVar("T")
 
 #: ``PRAGMA application_id`` of an asyncagents task store ("AsAg")
 APPLICATION_ID = 0x41734167
 #: ``PRAGMA user_version`` this code writes; version 1 is the first release's layout (no pragmas)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: the first release's tables, exactly; also the base the current schema is migrated from
 _V1_SCHEMA = (
@@ -69,8 +80,61 @@ _MIGRATE_1_TO_2 = (
     "CREATE TABLE leases (owner TEXT PRIMARY KEY, backend TEXT NOT NULL, "
     "expires_at INTEGER NOT NULL)",
 )
+#: version 2 -> 3: the columns and indexes that let lists, searches, stats and change polls run
+#: in SQL (their values come from each row's JSON, filled in by `_fill_derived`), the tool calls
+#: by name, and the ids of cleared tasks (for readers that poll for changes)
+_MIGRATE_2_TO_3 = (
+    "ALTER TABLE tasks ADD COLUMN agent TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN updated_at INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN duration_ms INTEGER",
+    "ALTER TABLE tasks ADD COLUMN search TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN tools_unrecorded INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX tasks_by_created ON tasks (backend, created_at, id)",
+    "CREATE INDEX tasks_by_updated ON tasks (backend, updated_at, id)",
+    "CREATE INDEX tasks_counts ON tasks (backend, status, agent, tools_unrecorded)",
+    "CREATE INDEX tasks_agent ON tasks (backend, agent, created_at, id)",
+    "CREATE INDEX tasks_durations ON tasks (backend, duration_ms) WHERE duration_ms IS NOT NULL",
+    "CREATE TABLE task_tools (task_id TEXT NOT NULL, backend TEXT NOT NULL, "
+    "parent_session_id TEXT NOT NULL, tool TEXT NOT NULL, calls INTEGER NOT NULL, "
+    "PRIMARY KEY (task_id, tool))",
+    "CREATE INDEX task_tools_backend ON task_tools (backend, tool, calls)",
+    "CREATE INDEX task_tools_parent ON task_tools (backend, parent_session_id)",
+    "CREATE TABLE cleared (id TEXT PRIMARY KEY, backend TEXT NOT NULL, "
+    "cleared_at INTEGER NOT NULL)",
+    "CREATE INDEX cleared_at ON cleared (backend, cleared_at)",
+)
+#: the search index, made after `_fill_derived` (then built from the filled column): trigrams of
+#: ``tasks.search`` (FTS5, external content), kept in step by triggers; a search of 3 or more
+#: characters reads the candidate rows from it and checks each with ``instr``. Its rowids are
+#: the tasks' rowids: after a ``VACUUM`` (which may renumber them) run
+#: ``INSERT INTO task_search (task_search) VALUES ('rebuild')``.
+_SEARCH_INDEX = (
+    "CREATE VIRTUAL TABLE task_search USING fts5(search, content='tasks', "
+    "content_rowid='rowid', tokenize='trigram', detail='none')",
+    "CREATE TRIGGER tasks_search_insert AFTER INSERT ON tasks BEGIN "
+    "INSERT INTO task_search (rowid, search) VALUES (new.rowid, new.search); END",
+    "CREATE TRIGGER tasks_search_delete AFTER DELETE ON tasks BEGIN "
+    "INSERT INTO task_search (task_search, rowid, search) VALUES ('delete', old.rowid, "
+    "old.search); END",
+    "CREATE TRIGGER tasks_search_update AFTER UPDATE OF search ON tasks "
+    "WHEN old.search IS NOT new.search BEGIN "
+    "INSERT INTO task_search (task_search, rowid, search) VALUES ('delete', old.rowid, "
+    "old.search); INSERT INTO task_search (rowid, search) VALUES (new.rowid, new.search); END",
+    "INSERT INTO task_search (task_search) VALUES ('rebuild')",
+)
+#: a search this long or longer uses the trigram index
+_INDEXED_SEARCH = 3
 _CURRENT_TABLES = {
-    "tasks": [*_V1_TABLES["tasks"], "backend", "owner"],
+    "tasks": [
+        *_V1_TABLES["tasks"],
+        "backend",
+        "owner",
+        "agent",
+        "updated_at",
+        "duration_ms",
+        "search",
+        "tools_unrecorded",
+    ],
     "notices": [
         *_V1_TABLES["notices"],
         "backend",
@@ -79,6 +143,19 @@ _CURRENT_TABLES = {
         "next_attempt_at",
     ],
     "leases": ["owner", "backend", "expires_at"],
+    "task_tools": ["task_id", "backend", "parent_session_id", "tool", "calls"],
+    "cleared": ["id", "backend", "cleared_at"],
+    # the search index and its shadow tables (FTS5)
+    "task_search": ["search"],
+    "task_search_data": ["id", "block"],
+    "task_search_idx": ["segid", "term", "pgno"],
+    "task_search_docsize": ["id", "sz"],
+    "task_search_config": ["k", "v"],
+}
+_V2_TABLES = {
+    "tasks": _CURRENT_TABLES["tasks"][:8],
+    "notices": _CURRENT_TABLES["notices"],
+    "leases": _CURRENT_TABLES["leases"],
 }
 
 #: ``data`` travels as UTF-8 bytes both ways (SQLite converts to and from TEXT): no Python-side
@@ -86,6 +163,16 @@ _CURRENT_TABLES = {
 _TASK_COLUMNS = "id, CAST(data AS BLOB), backend, owner"
 _NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at, next_attempt_at"
 _ACTIVE = tuple(sorted(s.value for s in ACTIVE_STATUSES))
+#: the columns `_task_values` fills, in its order (the id last)
+_WRITTEN = (
+    "parent_session_id, session_id, status, created_at, data, backend, owner, agent, updated_at, "
+    "duration_ms, search, tools_unrecorded"
+)
+_UPDATED = ", ".join(
+    f"{c} = CAST(? AS TEXT)" if c == "data" else f"{c} = ?" for c in _WRITTEN.split(", ")
+)
+#: the sort columns `query_tasks` may use
+_SORTS = {"created_at": "created_at", "updated_at": "updated_at"}
 
 
 def _json(record: Task | Notice) -> bytes:
@@ -192,7 +279,13 @@ class SQLiteTaskStore:
                     if version == 0:
                         for statement in _V1_SCHEMA:
                             db.execute(statement)
-                    for statement in _MIGRATE_1_TO_2:
+                    if version < 2:
+                        for statement in _MIGRATE_1_TO_2:
+                            db.execute(statement)
+                    for statement in _MIGRATE_2_TO_3:
+                        db.execute(statement)
+                    self._fill_derived(db)
+                    for statement in _SEARCH_INDEX:
                         db.execute(statement)
                     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -229,7 +322,7 @@ class SQLiteTaskStore:
             pause = min(pause * 2, 0.05)
 
     def _check(self, db: sqlite3.Connection) -> int:
-        """The file's schema version: 0 empty, 1 first release, 2 current; else `StoreError`."""
+        """The file's schema version: 0 empty, 1 first release, 2, 3 current; else `StoreError`."""
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
         version = db.execute("PRAGMA user_version").fetchone()[0]
         objects = db.execute(
@@ -249,6 +342,8 @@ class SQLiteTaskStore:
                 )
             if version == SCHEMA_VERSION and tables == _CURRENT_TABLES:
                 return SCHEMA_VERSION
+            if version == 2 and tables == _V2_TABLES:
+                return 2
         elif app_id == 0 and version == 0:
             if not objects:
                 return 0
@@ -294,8 +389,40 @@ class SQLiteTaskStore:
             _json(task),
             task.backend,
             task.owner,
+            *derived(task),
             task.id,
         )
+
+    @staticmethod
+    def _save_tools(db: sqlite3.Connection, task: Task, before: ToolsKey | None) -> None:
+        """Keep the task's tool calls by name (rows of ``task_tools``) as its progress says;
+        `before` is `tools_key` of the stored task (None: a new one)."""
+        if before == tools_key(task):
+            return
+        if before is not None:
+            db.execute("DELETE FROM task_tools WHERE task_id = ?", (task.id,))
+        db.executemany(
+            "INSERT INTO task_tools (task_id, backend, parent_session_id, tool, calls) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [
+                (task.id, task.backend, task.parent_session_id, name, calls)
+                for name, calls in task.progress.tools.items()
+            ],
+        )
+
+    def _fill_derived(self, db: sqlite3.Connection) -> None:
+        """Migration to version 3: the derived columns and tool rows of every stored task."""
+        db.execute("UPDATE tasks SET updated_at = created_at")  # kept by rows that do not load
+        for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks").fetchall():
+            task = self._task(row)
+            if task is None:
+                continue
+            db.execute(
+                "UPDATE tasks SET agent = ?, updated_at = ?, duration_ms = ?, search = ?, "
+                "tools_unrecorded = ? WHERE id = ?",
+                (*derived(task), task.id),
+            )
+            self._save_tools(db, task, None)
 
     @staticmethod
     def _save_notice(db: sqlite3.Connection, notice: Notice) -> None:
@@ -318,10 +445,11 @@ class SQLiteTaskStore:
     async def insert(self, task: Task) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute(
-                "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
-                "backend, owner, id) VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?)",
+                f"INSERT INTO tasks ({_WRITTEN}, id) VALUES (?, ?, ?, ?, CAST(? AS TEXT), "
+                "?, ?, ?, ?, ?, ?, ?, ?)",
                 self._task_values(task),
             )
+            self._save_tools(db, task, None)
 
         await self._write(f"inserting task {task.id}", work)
 
@@ -352,15 +480,16 @@ class SQLiteTaskStore:
             row = db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
             found = row.fetchone()
             task = None if found is None else self._task(found)
+            before = None if task is None else tools_key(task)
             out = None if task is None else mutate(task)
             if out is None:
                 return None
             new, notice = out
             db.execute(
-                "UPDATE tasks SET parent_session_id = ?, session_id = ?, status = ?, "
-                "created_at = ?, data = CAST(? AS TEXT), backend = ?, owner = ? WHERE id = ?",
+                f"UPDATE tasks SET {_UPDATED} WHERE id = ?",
                 self._task_values(new),
             )
+            self._save_tools(db, new, before)
             if notice is not None:
                 self._save_notice(db, notice)
             return new, notice
@@ -420,9 +549,146 @@ class SQLiteTaskStore:
             ).fetchall()
             db.execute(f"DELETE FROM tasks WHERE {where}", args)
             db.execute(f"DELETE FROM notices WHERE {where}", args)
+            db.execute(f"DELETE FROM task_tools WHERE {where}", args)
+            now = now_ms()
+            db.executemany(
+                "INSERT OR REPLACE INTO cleared (id, backend, cleared_at) VALUES (?, ?, ?)",
+                [(r[0], r[2], now) for r in rows],
+            )
+            db.execute("DELETE FROM cleared WHERE cleared_at < ?", (now - CLEARED_MEMORY_MS,))
             return self._tasks(rows)
 
         return await self._write(f"deleting the tasks of parent {parent_session_id}", work)
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        where = ["backend = ?"]
+        args: list[Any] = [query.backend]
+        if query.parent_session_id is not None:
+            where.append("parent_session_id = ?")
+            args.append(query.parent_session_id)
+        if query.statuses is not None:
+            values = sorted(s.value for s in query.statuses)
+            where.append(f"status IN ({', '.join('?' * len(values))})")
+            args.extend(values)
+        if query.agent is not None:
+            where.append("agent = ?")
+            args.append(query.agent)
+        if query.text:
+            needle = query.text.casefold()
+            if len(needle) >= _INDEXED_SEARCH:
+                # the index's LIKE finds candidates (``%`` and ``_`` in the needle only widen
+                # it); ``instr`` keeps the exact matches
+                where.append("rowid IN (SELECT rowid FROM task_search WHERE search LIKE ?)")
+                args.append(f"%{needle}%")
+            where.append("instr(search, ?) > 0")
+            args.append(needle)
+        column = _SORTS[query.sort]
+        order = "DESC" if query.descending else "ASC"
+        page_where, page_args = list(where), list(args)
+        if query.after is not None:
+            page_where.append(f"({column}, id) {'<' if query.descending else '>'} (?, ?)")
+            page_args.extend(query.after)
+        sql = (
+            f"SELECT {_TASK_COLUMNS}, {column} FROM tasks WHERE {' AND '.join(page_where)} "
+            f"ORDER BY {column} {order}, id {order} LIMIT ?"
+        )
+
+        def work(db: sqlite3.Connection) -> TaskPage:
+            rows = db.execute(sql, [*page_args, query.limit + 1]).fetchall()
+            more = len(rows) > query.limit
+            rows = rows[: query.limit]
+            total = None
+            if query.count:
+                count_sql = f"SELECT count(*) FROM tasks WHERE {' AND '.join(where)}"
+                total = int(db.execute(count_sql, args).fetchone()[0])
+            last = rows[-1] if rows and more else None
+            return TaskPage(
+                tasks=self._tasks(rows),
+                total=total,
+                next_after=None if last is None else (int(last[4]), str(last[0])),
+            )
+
+        return await self._run("querying tasks", work)
+
+    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        where, args = "backend = ?", [backend]
+        if parent_session_id is not None:
+            where, args = where + " AND parent_session_id = ?", [*args, parent_session_id]
+
+        def work(db: sqlite3.Connection) -> TaskStats:
+            by_status = {s.value: 0 for s in TaskStatus}
+            by_agent: dict[str, int] = {}
+            total = unrecorded = 0
+            for status, agent, count, missing in db.execute(
+                "SELECT status, agent, count(*), sum(tools_unrecorded) FROM tasks "
+                f"WHERE {where} GROUP BY status, agent",
+                args,
+            ):
+                by_status[status] = by_status.get(status, 0) + count
+                by_agent[agent] = by_agent.get(agent, 0) + count
+                total += count
+                unrecorded += missing
+            tools = dict(
+                db.execute(
+                    f"SELECT tool, sum(calls) FROM task_tools WHERE {where} GROUP BY tool", args
+                ).fetchall()
+            )
+            timed = f"{where} AND duration_ms IS NOT NULL"
+            count, low, high = db.execute(
+                f"SELECT count(*), min(duration_ms), max(duration_ms) FROM tasks WHERE {timed}",
+                args,
+            ).fetchone()
+
+            def ranked(rank: int) -> int:
+                return int(
+                    db.execute(
+                        f"SELECT duration_ms FROM tasks WHERE {timed} "
+                        "ORDER BY duration_ms LIMIT 1 OFFSET ?",
+                        [*args, rank - 1],
+                    ).fetchone()[0]
+                )
+
+            durations = DurationSummary()
+            if count:
+                lo, hi = median_ranks(count)
+                median_lo = ranked(lo)
+                median_hi = median_lo if hi == lo else ranked(hi)
+                median = (median_lo + median_hi) / 2 if hi != lo else median_lo
+                durations = DurationSummary(
+                    count=count,
+                    min_ms=low,
+                    median_ms=median,
+                    p95_ms=ranked(percentile_rank(count, 0.95)),
+                    max_ms=high,
+                )
+            return TaskStats(
+                tasks=total,
+                by_status=by_status,
+                by_agent=dict(sorted(by_agent.items())),
+                tool_calls=sorted_tools(tools),
+                tools_unrecorded=unrecorded,
+                durations=durations,
+            )
+
+        return await self._run("counting tasks", work)
+
+    async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        def work(db: sqlite3.Connection) -> TaskChanges:
+            rows = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = ? AND updated_at >= ? "
+                "ORDER BY updated_at, id",
+                (backend, since),
+            ).fetchall()
+            cleared = db.execute(
+                "SELECT id FROM cleared WHERE backend = ? AND cleared_at >= ? "
+                "ORDER BY cleared_at, id",
+                (backend, since),
+            ).fetchall()
+            return TaskChanges(tasks=self._tasks(rows), cleared=[r[0] for r in cleared])
+
+        return await self._run("reading changed tasks", work)
 
     # --- ownership -------------------------------------------------------------------------------
 

@@ -1,0 +1,188 @@
+"""What a reader asks of the stored tasks (a filtered page, stats, recent changes) and the answers.
+
+The stores answer these in their own query language (SQL with indexes on SQLite and PostgreSQL),
+so a list, a search or the stats over 100,000 tasks never loads them all. The few values a query
+needs from a task's JSON (its agent, the searchable text, the last turn's duration, tool calls
+by name) are derived here, once, when a task is written: every store derives them the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .models import Task, TaskStatus
+
+SortField = Literal["created_at", "updated_at"]
+#: how long a store remembers a cleared task for `changed_since` (ms): a reader that polls less
+#: often than this may miss a clear
+CLEARED_MEMORY_MS = 24 * 3600 * 1000
+#: how much of each text a search looks at (its start): it bounds the searched column, so a
+#: search scans a bounded size per task and a huge prompt costs no more than a long one
+SEARCH_CHARS = 4000
+
+
+class TaskQuery(BaseModel):
+    """A filtered, sorted page of one backend's tasks; every filter given must hold."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backend: str
+    parent_session_id: str | None = None
+    #: None: any status; empty: none
+    statuses: frozenset[TaskStatus] | None = None
+    agent: str | None = None
+    #: a case-insensitive substring (`str.casefold`) of the id, description, prompt, result or
+    #: error (of their first `SEARCH_CHARS` characters)
+    text: str | None = None
+    sort: SortField = "created_at"
+    descending: bool = True
+    limit: int = Field(default=100, ge=0)
+    #: the (sort key, id) of the last task of the previous page: the page starts after it
+    after: tuple[int, str] | None = None
+    #: count every match (`TaskPage.total`); off, the store skips that scan
+    count: bool = True
+
+
+class TaskPage(BaseModel):
+    """One page of a `TaskQuery`: its tasks, how many match in all, and whether more follow."""
+
+    tasks: list[Task]
+    #: every task matching the filters (all pages); None when not counted
+    total: int | None
+    #: (sort key, id) of the page's last task when more follow (the next page's `after`)
+    next_after: tuple[int, str] | None = None
+
+
+class DurationSummary(BaseModel):
+    """min, median, p95, max (ms) of ended turns; nulls when none ended."""
+
+    count: int = 0
+    min_ms: int | None = None
+    median_ms: float | int | None = None
+    p95_ms: int | None = None
+    max_ms: int | None = None
+
+
+class TaskStats(BaseModel):
+    """Counts over one backend's tasks (of one parent, when asked)."""
+
+    tasks: int
+    by_status: dict[str, int]
+    by_agent: dict[str, int]
+    #: tool calls by name, over each task's last recorded turn
+    tool_calls: dict[str, int]
+    #: tasks whose tool calls by name were not recorded (ended before this was kept)
+    tools_unrecorded: int
+    durations: DurationSummary
+
+
+class TaskChanges(BaseModel):
+    """What changed in the store since a time: tasks written and tasks cleared."""
+
+    tasks: list[Task]
+    cleared: list[str]
+
+
+# -- derived values (one definition for every store) -----------------------------------------
+
+
+def search_text(task: Task) -> str:
+    """What `TaskQuery.text` is looked for in: the start of each text, case-folded, one per
+    line."""
+    parts = (task.id, task.description, task.prompt, task.result or "", task.error or "")
+    return "\n".join(p[:SEARCH_CHARS].casefold() for p in parts)
+
+
+def matches(task: Task, query: TaskQuery) -> bool:
+    """Whether `task` is one `query` selects (the reference the stores' SQL follows)."""
+    return (
+        task.backend == query.backend
+        and (query.parent_session_id is None or task.parent_session_id == query.parent_session_id)
+        and (query.statuses is None or task.status in query.statuses)
+        and (query.agent is None or task.agent == query.agent)
+        and (not query.text or query.text.casefold() in search_text(task))
+    )
+
+
+def sort_key(task: Task, field: SortField) -> int:
+    return task.updated_at if field == "updated_at" else task.created_at
+
+
+def turn_duration_ms(task: Task) -> int | None:
+    """How long the task's last turn ran (launch: since creation; resume: since its start)."""
+    if task.completed_at is None or task.status.active:
+        return None
+    start = task.created_at
+    if task.resume_count > 0 and task.turn_started_at is not None:
+        start = task.turn_started_at
+    return max(0, task.completed_at - start)
+
+
+def tools_unrecorded(task: Task) -> bool:
+    """The task made tool calls whose names were not kept (stored by an older version)."""
+    return task.progress.tool_calls > 0 and not task.progress.tools
+
+
+def percentile_rank(count: int, fraction: float) -> int:
+    """The 1-based nearest rank of `fraction` among `count` sorted values."""
+    return max(1, math.ceil(fraction * count))
+
+
+def percentile(sorted_values: Sequence[int], fraction: float) -> int:
+    """Nearest-rank percentile of an ascending, non-empty sequence."""
+    return sorted_values[percentile_rank(len(sorted_values), fraction) - 1]
+
+
+def duration_summary(durations: Sequence[int]) -> DurationSummary:
+    """The summary of a list of durations (ms)."""
+    values = sorted(durations)
+    if not values:
+        return DurationSummary()
+    return DurationSummary(
+        count=len(values),
+        min_ms=values[0],
+        median_ms=statistics.median(values),
+        p95_ms=percentile(values, 0.95),
+        max_ms=values[-1],
+    )
+
+
+def median_ranks(count: int) -> tuple[int, int]:
+    """The 1-based ranks whose values' mean is the median of `count` sorted values."""
+    return (count + 1) // 2, count // 2 + 1
+
+
+def stats_of(tasks: Sequence[Task]) -> TaskStats:
+    """The stats of tasks in hand (the in-memory store; the reference for the SQL ones)."""
+    by_status = {s.value: 0 for s in TaskStatus}
+    by_agent: dict[str, int] = {}
+    tools: dict[str, int] = {}
+    unrecorded = 0
+    durations: list[int] = []
+    for task in tasks:
+        by_status[task.status.value] = by_status.get(task.status.value, 0) + 1
+        by_agent[task.agent] = by_agent.get(task.agent, 0) + 1
+        for name, calls in task.progress.tools.items():
+            tools[name] = tools.get(name, 0) + calls
+        unrecorded += tools_unrecorded(task)
+        duration = turn_duration_ms(task)
+        if duration is not None:
+            durations.append(duration)
+    return TaskStats(
+        tasks=len(tasks),
+        by_status=by_status,
+        by_agent=dict(sorted(by_agent.items())),
+        tool_calls=sorted_tools(tools),
+        tools_unrecorded=unrecorded,
+        durations=duration_summary(durations),
+    )
+
+
+def sorted_tools(tools: dict[str, int]) -> dict[str, int]:
+    """Tool counts, most used first, then by name."""
+    return dict(sorted(((k, v) for k, v in tools.items() if v), key=lambda kv: (-kv[1], kv[0])))
