@@ -428,17 +428,27 @@ async def test_messages_of_a_deleted_child_session_are_404(
     }
 
 
-async def test_a_failing_store_is_503(
-    client: httpx.AsyncClient, manager: TaskManager, monkeypatch: pytest.MonkeyPatch
+async def test_a_failing_store_is_503_and_its_message_stays_in_the_log(
+    client: httpx.AsyncClient,
+    manager: TaskManager,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    secret = "PostgreSQL task store 'host=db.internal user=tasks dbname=agents'"
+
     async def broken(*args: Any, **kwargs: Any) -> list[Task]:
-        raise StoreError("tasks.sqlite3: disk I/O error")
+        raise StoreError(f"{secret}: listing tasks failed: disk I/O error")
 
     monkeypatch.setattr(manager.store, "list_tasks", broken)
     for path in ("/v1/tasks", "/v1/stats"):
+        caplog.clear()
         response = await client.get(path)
         assert response.status_code == 503, path
         assert response.json() == {
             "error": "store_unavailable",
-            "detail": "tasks.sqlite3: disk I/O error",
+            "detail": "The task store failed; the service's log has the details. Try again "
+            "shortly.",
         }
+        assert "db.internal" not in response.text
+        assert f"{secret}: listing tasks failed: disk I/O error" in caplog.text
+        assert f"GET {path}: the task store failed" in caplog.text
