@@ -293,6 +293,29 @@ async def test_cancel_a_running_task_then_409(
     assert ended_one.status_code == 409
 
 
+async def test_every_task_route_takes_full_ids_only(
+    client: httpx.AsyncClient, manager: TaskManager, four: list[Task]
+) -> None:
+    running = four[3]
+    prefix = running.id[:-3]  # unique among the four, but not an id
+    assert [t.id for t in four if t.id.startswith(prefix)] == [running.id]
+    for method, path in (
+        ("GET", f"/v1/tasks/{prefix}"),
+        ("GET", f"/v1/tasks/{prefix}/messages"),
+        ("POST", f"/v1/tasks/{prefix}/cancel"),
+    ):
+        response = await client.request(method, path)
+        assert response.status_code == 404, path
+        assert response.json() == {"error": "not_found", "detail": f"no task {prefix!r}"}
+    assert (await stored(manager, running.id)).status.value == "running"
+    for method, path in (
+        ("GET", f"/v1/tasks/{running.id}"),
+        ("GET", f"/v1/tasks/{running.id}/messages"),
+        ("POST", f"/v1/tasks/{running.id}/cancel"),
+    ):
+        assert (await client.request(method, path)).status_code == 200, path
+
+
 # -- stats ------------------------------------------------------------------------------------
 
 
