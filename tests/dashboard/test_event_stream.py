@@ -611,3 +611,16 @@ async def test_a_snapshot_is_bounded_in_bytes_newest_tasks_first(source: FakeSou
     # a small set fits whole
     whole = await Reader(hub, hub.subscribe(), tasks[:2]).next()
     assert (len(whole[2]["tasks"]), whole[2]["omitted"]) == (2, 0)
+
+
+async def test_a_dropped_stream_holds_its_place_until_it_has_ended(source: FakeSource) -> None:
+    hub = hub_on(source, buffer_size=2, max_subscribers=1)
+    slow = Reader(hub, hub.subscribe("100"))
+    for n in range(1, 5):  # never read: dropped at the third
+        source.emit("task.updated", make_task(n))
+    assert hub.dropped_count == 1
+    with pytest.raises(TooManySubscribersError, match="already has 1 subscribers"):
+        hub.subscribe()
+    assert await slow.ended()  # its response ended: the connection is gone
+    assert hub.subscriber_count == 0
+    hub.subscribe("101")
