@@ -563,6 +563,7 @@ async def test_the_ring_is_bounded_in_bytes(source: FakeSource) -> None:
     assert hub.ring_held <= 200_000
     assert [e.id for e in hub._ring] == [118, 119, 120]
     assert hub.ring_held == sum(e.size for e in hub._ring)
+    assert all(e.size == len(e.encode()) for e in hub._ring)
     # an id whose followers left the ring: a fresh snapshot
     reader = Reader(hub, hub.subscribe("110"), [make_task(1)])
     assert (await reader.next())[1] == "snapshot"

@@ -126,8 +126,8 @@ class HubEvent:
 
     @property
     def size(self) -> int:
-        """Its size on the wire, in bytes (roughly what it holds in memory)."""
-        return len(self.data) + len(self.kind) + 32
+        """Its size on the wire, in bytes: ``len(self.encode())`` without encoding it."""
+        return len(str(self.id)) + len(self.kind) + len(self.data) + 21
 
 
 @dataclass(eq=False)
