@@ -41,6 +41,7 @@ def test_ipv6_and_localhost_binds() -> None:
     v6 = AllowedHosts("::1", 9000)
     assert v6.allows("[::1]:9000") and v6.allows("[::1]") and v6.allows("localhost:9000")
     assert not v6.allows("127.0.0.1:9000") and not v6.allows("[::2]:9000")
+    assert not v6.allows("[::1]x") and not v6.allows("[::1]:x") and not v6.allows("[::1")
     named = AllowedHosts("localhost", 9000)
     for host in ("localhost:9000", "127.0.0.1:9000", "[::1]:9000"):
         assert named.allows(host), host

@@ -28,8 +28,11 @@ LOCALHOST = "localhost"
 
 
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`host` as an IP address (an IPv6 one possibly in brackets), or None."""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     try:
-        return ipaddress.ip_address(host.strip("[]"))
+        return ipaddress.ip_address(host)
     except ValueError:
         return None
 
@@ -64,7 +67,11 @@ def _split(value: str) -> tuple[str, str | None]:
         if end < 0:
             return value, None
         rest = value[end + 1 :]
-        return value[: end + 1], rest[1:] if rest.startswith(":") else None
+        if not rest:
+            return value, None
+        if not rest.startswith(":"):
+            return value, None  # garbage after the address: matches no name
+        return value[: end + 1], rest[1:]
     if value.count(":") == 1:
         name, port = value.split(":")
         return name, port
