@@ -43,10 +43,17 @@ def json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+#: fields never cut: short by construction, and a client needs them whole
+_WHOLE = frozenset({"status"})
+
+
 def _texts(value: dict[str, Any], path: str, out: list[tuple[dict[str, Any], str, str]]) -> None:
-    """Every string under `value` (but in ``fork_stats``) as (container, key, dotted path)."""
+    """Every string under `value` (but in ``fork_stats``, and the status) as (container, key,
+    dotted path)."""
     for key, item in value.items():
         where = f"{path}.{key}" if path else key
+        if where in _WHOLE:
+            continue
         if isinstance(item, str):
             out.append((value, key, where))
         elif isinstance(item, dict) and where != "fork_stats":
