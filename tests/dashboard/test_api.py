@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
@@ -101,6 +102,11 @@ async def test_the_routes_check_the_token_without_the_middleware(
         ),
         ("cursor=%%%", "query parameter 'cursor': not a cursor this service returned"),
         ("cursor=WzEsMl0", "query parameter 'cursor': not a cursor this service returned"),
+        pytest.param(
+            "cursor=" + base64.urlsafe_b64encode(b"[" * 5000).decode().rstrip("="),
+            "query parameter 'cursor': not a cursor this service returned",
+            id="cursor-nested-too-deeply",
+        ),
         (
             "color=red",
             "query parameter 'color': unknown; this route takes "
