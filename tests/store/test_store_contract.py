@@ -576,3 +576,44 @@ async def test_changed_since_reads_recent_writes_and_clears(store: TaskStore) ->
     assert new.id not in [t.id for t in changes.tasks]
     assert (await store.changed_since("b2", before_clear)).cleared == []
     assert (await store.changed_since("b1", now_ms() + 60_000)).cleared == []
+
+
+# --- keys holding NUL ----------------------------------------------------------------------------
+
+
+async def test_a_key_holding_nul_matches_nothing_on_every_store(store: TaskStore) -> None:
+    task = make_task(session_id="ses_child")
+    await store.insert(task)
+    await add_notice(store, task)
+    for key in ("\x00", f"{task.id}\x00", f"tsk\x00{task.id}", "ses_parent\x00"):
+        assert await store.get(key) is None
+        assert await store.ids_with_prefix(key) == []
+        assert await store.ids_with_prefix("tsk", key) == []
+        assert await store.update(key, lambda t: (t, None)) is None
+        assert await store.find_by_session(key) is None
+        assert await store.list_tasks(key) == []
+        assert await store.list_tasks(backend=key) == []
+        assert await store.list_tasks(owner=key) == []
+        assert await store.delete_parent(key) == []
+        assert await store.notices(key) == []
+        assert await store.claim_notices("mgr_1", key, 30) == []
+        await store.delete_notice(key)
+        await store.drop_lease(key)
+    # nothing was changed or lost
+    assert await store.get(task.id) == task
+    assert [n.task_id for n in await store.notices()] == [task.id]
+
+
+async def test_queries_with_nul_match_nothing_and_texts_with_nul_are_stored(
+    store: TaskStore,
+) -> None:
+    odd = make_task("tsk_nul", parent="p1")
+    odd.agent, odd.prompt = "bu\x00ild", "find the \x00 marker"
+    await store.insert(odd)
+    assert (await store.get(odd.id)) == odd  # the record itself is kept as it was
+    assert await _query_ids(store, text="marker") == (["tsk_nul"], 1)
+    for kw in ({"text": "\x00"}, {"agent": "bu\x00ild"}, {"parent_session_id": "p\x00"}):
+        assert await _query_ids(store, **kw) == ([], 0)
+    assert (await store.task_stats("b1")).by_agent == {"bu\ufffdild": 1}
+    assert (await store.task_stats("b\x00")).tasks == 0
+    assert (await store.changed_since("b\x00", 0)).tasks == []

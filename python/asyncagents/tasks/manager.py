@@ -426,11 +426,22 @@ class TaskManager:
             parent_session_id, None if status is None else (status,), backend=self.backend_name
         )
 
-    async def get_task(self, task_id: str, parent_session_id: str | None = None) -> Task:
-        """A task of this backend by id or unique id prefix (`TaskNotFoundError` if none,
-        `AmbiguousTaskIdError` if the prefix names several)."""
+    async def get_task(
+        self, task_id: str, parent_session_id: str | None = None, *, prefix: bool = True
+    ) -> Task:
+        """A task of this backend by id, or by unique id prefix unless `prefix` is False
+        (`TaskNotFoundError` if none, `AmbiguousTaskIdError` if the prefix names several)."""
         await self.start()
-        return await self._resolve(task_id, parent_session_id)
+        if prefix:
+            return await self._resolve(task_id, parent_session_id)
+        task = await self.store.get(task_id)
+        if (
+            task is None
+            or task.backend != self.backend_name
+            or (parent_session_id is not None and task.parent_session_id != parent_session_id)
+        ):
+            raise TaskNotFoundError(task_id)
+        return task
 
     async def query_tasks(
         self,

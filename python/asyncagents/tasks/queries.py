@@ -47,6 +47,14 @@ class TaskQuery(BaseModel):
     #: count every match (`TaskPage.total`); off, the store skips that scan
     count: bool = True
 
+    @property
+    def matches_nothing(self) -> bool:
+        """A key or text holding NUL matches nothing on every store (none is stored)."""
+        return has_nul(self.backend, self.parent_session_id, self.agent, self.text)
+
+    def empty_page(self) -> TaskPage:
+        return TaskPage(tasks=[], total=0 if self.count else None)
+
 
 class TaskPage(BaseModel):
     """One page of a `TaskQuery`: its tasks, how many match in all, and whether more follow."""
@@ -91,11 +99,21 @@ class TaskChanges(BaseModel):
 # -- derived values (one definition for every store) -----------------------------------------
 
 
+def has_nul(*values: str | None) -> bool:
+    """Whether a value holds NUL (PostgreSQL text cannot; the stores match it with nothing)."""
+    return any(v is not None and "\x00" in v for v in values)
+
+
+def no_nul(text: str) -> str:
+    """`text` fit for a text column of every store: NUL becomes U+FFFD."""
+    return text.replace("\x00", "\ufffd")
+
+
 def search_text(task: Task) -> str:
     """What `TaskQuery.text` is looked for in: the start of each text, case-folded, one per
     line."""
     parts = (task.id, task.description, task.prompt, task.result or "", task.error or "")
-    return "\n".join(p[:SEARCH_CHARS].casefold() for p in parts)
+    return no_nul("\n".join(p[:SEARCH_CHARS].casefold() for p in parts))
 
 
 def matches(task: Task, query: TaskQuery) -> bool:
@@ -104,7 +122,7 @@ def matches(task: Task, query: TaskQuery) -> bool:
         task.backend == query.backend
         and (query.parent_session_id is None or task.parent_session_id == query.parent_session_id)
         and (query.statuses is None or task.status in query.statuses)
-        and (query.agent is None or task.agent == query.agent)
+        and (query.agent is None or no_nul(task.agent) == query.agent)
         and (not query.text or query.text.casefold() in search_text(task))
     )
 
@@ -166,7 +184,8 @@ def stats_of(tasks: Sequence[Task]) -> TaskStats:
     durations: list[int] = []
     for task in tasks:
         by_status[task.status.value] = by_status.get(task.status.value, 0) + 1
-        by_agent[task.agent] = by_agent.get(task.agent, 0) + 1
+        agent = no_nul(task.agent)  # as the SQL stores keep it
+        by_agent[agent] = by_agent.get(agent, 0) + 1
         for name, calls in task.progress.tools.items():
             tools[name] = tools.get(name, 0) + calls
         unrecorded += tools_unrecorded(task)

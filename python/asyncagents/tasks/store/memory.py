@@ -18,6 +18,7 @@ from ..queries import (
     TaskPage,
     TaskQuery,
     TaskStats,
+    has_nul,
     matches,
     sort_key,
     stats_of,
@@ -127,6 +128,8 @@ class InMemoryTaskStore:
         return gone
 
     async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        if query.matches_nothing:
+            return query.empty_page()
         with self._lock:
             found = [t for t in self._tasks.values() if matches(t, query)]
             ordered = sorted(
@@ -150,6 +153,8 @@ class InMemoryTaskStore:
         )
 
     async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        if has_nul(backend, parent_session_id):
+            return stats_of([])
         with self._lock:
             tasks = [
                 t
@@ -160,6 +165,8 @@ class InMemoryTaskStore:
             return stats_of(tasks)
 
     async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        if has_nul(backend):
+            return TaskChanges(tasks=[], cleared=[])
         with self._lock:
             tasks = sorted(
                 (

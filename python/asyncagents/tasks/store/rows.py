@@ -13,7 +13,7 @@ import logging
 from pydantic import ValidationError
 
 from ..models import Notice, Task
-from ..queries import search_text, tools_unrecorded, turn_duration_ms
+from ..queries import no_nul, search_text, tools_unrecorded, turn_duration_ms
 
 log = logging.getLogger("asyncagents.tasks.store")
 
@@ -63,7 +63,7 @@ def derived(task: Task) -> tuple[str, int, int | None, str, int]:
     """The columns the queries read that come from a task's JSON: agent, updated_at, the last
     turn's duration, the searchable text and whether its tool names are missing."""
     return (
-        task.agent,
+        no_nul(task.agent),
         task.updated_at,
         turn_duration_ms(task),
         search_text(task),

@@ -33,9 +33,11 @@ from ..queries import (
     TaskPage,
     TaskQuery,
     TaskStats,
+    has_nul,
     median_ranks,
     percentile_rank,
     sorted_tools,
+    stats_of,
 )
 from .base import ACTIVE_STATUSES, Mutation
 from .rows import ToolsKey, derived, load_notice, load_task, seconds_to_ms, tools_key
@@ -563,6 +565,8 @@ class SQLiteTaskStore:
     # --- queries ---------------------------------------------------------------------------------
 
     async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        if query.matches_nothing:
+            return query.empty_page()
         where = ["backend = ?"]
         args: list[Any] = [query.backend]
         if query.parent_session_id is not None:
@@ -613,6 +617,8 @@ class SQLiteTaskStore:
         return await self._run("querying tasks", work)
 
     async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        if has_nul(backend, parent_session_id):
+            return stats_of([])
         where, args = "backend = ?", [backend]
         if parent_session_id is not None:
             where, args = where + " AND parent_session_id = ?", [*args, parent_session_id]
@@ -675,6 +681,9 @@ class SQLiteTaskStore:
         return await self._run("counting tasks", work)
 
     async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        if has_nul(backend):
+            return TaskChanges(tasks=[], cleared=[])
+
         def work(db: sqlite3.Connection) -> TaskChanges:
             rows = db.execute(
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = ? AND updated_at >= ? "
