@@ -7,22 +7,24 @@ missing or wrong token, 404 an unknown task, 409 a cancel of a task that has end
 session server that failed, 503 a full event stream or a store that failed (its own message,
 which may name its file or DSN, goes to the service's log only). A task in a path is named by its
 full id on every route (the agent tools, not this API, take unique id prefixes).
+
+Each route is declared once (`Operation`): its query model parses the parameters, its answer
+model is what it returns, and the OpenAPI document (``/v1/openapi.json``) is generated from these
+declarations. The routes read and act only through `TaskManager`'s public methods.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
@@ -41,11 +43,29 @@ from ..tasks.errors import (
     UnknownMessageError,
 )
 from ..tasks.manager import TaskManager
-from ..tasks.models import Task, TaskStatus
-from .api_schema import OPENAPI
-from .auth import token_matches
+from ..tasks.models import Task as StoredTask
+from .auth import UNAUTHORIZED, require_token
 from .connections import abort_connection
-from .event_stream import EventHub, Subscription, TooManySubscribersError, task_json
+from .errors import ApiError, bad_param
+from .event_stream import EventHub, Subscription, TooManySubscribersError
+from .models import (
+    Conversation,
+    Cursor,
+    MessagesQuery,
+    MessageView,
+    NoQuery,
+    Query,
+    Stats,
+    StatsQuery,
+    Task,
+    TaskDetail,
+    TaskListQuery,
+    TaskPage,
+    ToolCalls,
+)
+from .openapi import Operation, openapi_document
+
+__all__ = ["UNAUTHORIZED", "ApiError", "DashboardApi", "duration_summary"]
 
 STATIC_DIR = Path(__file__).with_name("static")
 
@@ -60,12 +80,9 @@ PAGE_HEADERS = {
     "Cache-Control": "no-cache",
 }
 
-SORTS = ("-created_at", "created_at", "-updated_at", "updated_at")
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 500
 #: the longest text of one message part the messages route returns (the rest is cut)
 MAX_PART_CHARS = 20_000
-#: the most tasks a new event stream's snapshot shows (the most recently changed ones); the
+#: the most tasks a new event stream's snapshot reads (the most recently changed ones); the
 #: list route pages through all of them
 SNAPSHOT_LIMIT = 500
 #: how far back each store poll reaches before the previous one began (ms): writers on other
@@ -77,112 +94,30 @@ log = logging.getLogger(__name__)
 #: the detail of a 503 when the store failed (its own message goes to the service's log)
 STORE_FAILED = "The task store failed; the service's log has the details. Try again shortly."
 
-UNAUTHORIZED = (
-    "Send the service token as `Authorization: Bearer <token>`; it is in the token file that "
-    "`asyncagents serve` printed at start."
+TITLE = "asyncagents task API"
+DESCRIPTION = (
+    "Background tasks of the asyncagents service, their live events and statistics. Every "
+    "route needs `Authorization: Bearer <token>` (the service's token file)."
+)
+EVENTS_DESCRIPTION = (
+    "Each event has an increasing integer `id`; its `data` is the task's JSON, at most 64 KiB "
+    "per event, its texts cut as needed and the cut fields named in `truncated` (the snapshot: "
+    "`{tasks, heartbeat_ms, now_ms, omitted}`, the most recently changed tasks that fit in "
+    "4 MiB, each at most 16 KiB; `omitted` counts the others). Send `Last-Event-ID` to resume "
+    "after a reconnect; a fresh snapshot comes when that id is too old or not an id. Comment "
+    "lines are heartbeats. A client too slow to read is disconnected."
 )
 
 
-class ApiError(Exception):
-    """An error answer: HTTP status, a short code and a sentence for a person."""
-
-    def __init__(self, status: int, error: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.error = error
-        self.detail = detail
-
-    def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse(
-            {"error": self.error, "detail": self.detail}, self.status, headers=headers
-        )
+def answer(model: BaseModel, *, exclude_unset: bool = False) -> Response:
+    """A model as the JSON answer."""
+    return Response(
+        model.__pydantic_serializer__.to_json(model, exclude_unset=exclude_unset),
+        media_type="application/json",
+    )
 
 
-def bad_param(name: str, detail: str) -> ApiError:
-    """A 400 naming the query parameter."""
-    return ApiError(400, "bad_request", f"query parameter {name!r}: {detail}")
-
-
-# -- query parsing ----------------------------------------------------------------------------
-
-
-def _only(request: Request, allowed: Sequence[str]) -> dict[str, str]:
-    """The query parameters, each given at most once, none unknown."""
-    params = request.query_params
-    for key in params:
-        if key not in allowed:
-            raise bad_param(key, f"unknown; this route takes {', '.join(allowed) or 'none'}")
-        if len(params.getlist(key)) > 1:
-            raise bad_param(key, "given more than once")
-    return {k: params[k] for k in params}
-
-
-def _int_param(params: dict[str, str], name: str, default: int | None, lo: int, hi: int) -> int:
-    raw = params.get(name)
-    if raw is None or raw == "":
-        if default is None:
-            raise bad_param(name, "required")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise bad_param(name, f"{raw!r} is not an integer") from None
-    if not lo <= value <= hi:
-        raise bad_param(name, f"{value} is out of range {lo}..{hi}")
-    return value
-
-
-def _bool_param(params: dict[str, str], name: str) -> bool:
-    raw = params.get(name, "").strip().lower()
-    if raw in ("", "false", "0", "no"):
-        return False
-    if raw in ("true", "1", "yes"):
-        return True
-    raise bad_param(name, f"{params[name]!r} is not a boolean (true or false)")
-
-
-def _statuses(params: dict[str, str]) -> set[TaskStatus] | None:
-    raw = params.get("status")
-    if not raw:
-        return None
-    out: set[TaskStatus] = set()
-    for item in raw.split(","):
-        try:
-            out.add(TaskStatus(item.strip()))
-        except ValueError:
-            known = ", ".join(s.value for s in TaskStatus)
-            raise bad_param("status", f"{item.strip()!r} is not one of {known}") from None
-    return out
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """Where a page ended: the sort, and the last task's sort key and id."""
-
-    sort: str
-    key: int
-    id: str
-
-    def encode(self) -> str:
-        raw = json.dumps([self.sort, self.key, self.id], separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str, sort: str) -> Cursor:
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            s, key, task_id = json.loads(raw)
-            if not (isinstance(s, str) and isinstance(key, int) and isinstance(task_id, str)):
-                raise ValueError
-        except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, RecursionError):
-            raise bad_param("cursor", "not a cursor this service returned") from None
-        if s != sort:
-            raise bad_param("cursor", f"made for sort={s}, not sort={sort}")
-        return cls(s, key, task_id)
-
-
-# -- task views -------------------------------------------------------------------------------
+# -- views --------------------------------------------------------------------------------------
 
 
 def _clip(text: Any) -> tuple[str, bool]:
@@ -232,7 +167,7 @@ def message_view(message: JSON) -> JSON:
     }
 
 
-def duration_summary(durations: Sequence[int]) -> JSON:
+def duration_summary(durations: list[int]) -> JSON:
     """min, median, p95, max (ms) of ended turns; nulls when none ended."""
     return queries.duration_summary(durations).model_dump()
 
@@ -275,7 +210,7 @@ class EventStreamResponse(StreamingResponse):
 
 # -- the routes -------------------------------------------------------------------------------
 
-Endpoint = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request, Any], Awaitable[Response]]
 
 
 class DashboardApi:
@@ -305,23 +240,116 @@ class DashboardApi:
         self.hub = hub or EventHub()
         #: set when the service stops: the event streams end, new ones get 503
         self.closing = closing or asyncio.Event()
-        #: how often the store is compared with what the hub published (None: never); it
-        #: catches changes no listener reports (other processes sharing the store)
+        #: how often the store is read for changes no listener reports (other processes
+        #: sharing the store); None: never
         self.poll_interval = poll_interval
         self._poller: asyncio.Task[None] | None = None
         #: where the next store poll starts reading changes (ms, this host's clock)
         self._poll_from = 0
         self.hub.attach(manager)
+        self.operations: list[tuple[Operation, Handler]] = [
+            (
+                Operation(
+                    "GET",
+                    "/v1/tasks",
+                    "List tasks (newest first by default), one page at a time.",
+                    query=TaskListQuery,
+                    answer=TaskPage,
+                    answer_description="A page of tasks.",
+                    errors={400: "", 503: "The task store failed."},
+                ),
+                self.list_tasks,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/tasks/{task_id}",
+                    "One task, with its progress, fork stats and last turn's duration.",
+                    answer=TaskDetail,
+                    answer_description="The task.",
+                    errors={400: "", 404: "", 503: "The task store failed."},
+                ),
+                self.get_task,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/tasks/{task_id}/messages",
+                    "The child session's messages, chosen as the output tool chooses them.",
+                    query=MessagesQuery,
+                    answer=Conversation,
+                    answer_description="The chosen messages, oldest first.",
+                    errors={
+                        400: "",
+                        404: "No such task, or its child session no longer exists.",
+                        502: "",
+                        503: "The task store failed.",
+                    },
+                ),
+                self.messages,
+            ),
+            (
+                Operation(
+                    "POST",
+                    "/v1/tasks/{task_id}/cancel",
+                    "Cancel a running (or resumed) task.",
+                    answer=Task,
+                    answer_description="The cancelled task.",
+                    errors={400: "", 404: "", 409: "", 503: "The task store failed."},
+                ),
+                self.cancel,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/stats",
+                    "Counts by status and agent, tool calls by name, last-turn durations.",
+                    query=StatsQuery,
+                    answer=Stats,
+                    answer_description="The counts.",
+                    errors={400: "", 503: "The task store failed."},
+                ),
+                self.stats,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/events",
+                    "Server-Sent Events: `snapshot`, then task.created, task.updated, "
+                    "task.completed, task.error, task.cancelled, task.resumed, task.cleared.",
+                    description=EVENTS_DESCRIPTION,
+                    media_type="text/event-stream",
+                    answer_schema={"type": "string"},
+                    answer_description="The event stream.",
+                    errors={400: "", 503: "Too many subscribers, or the service is stopping."},
+                    headers=(("Last-Event-ID", "The last event id received (a resume)."),),
+                ),
+                self.events,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/openapi.json",
+                    "This document.",
+                    answer_description="The OpenAPI document.",
+                    errors={400: ""},
+                ),
+                self.openapi,
+            ),
+        ]
+        self.document = openapi_document(
+            [op for op, _ in self.operations],
+            title=TITLE,
+            version="1",
+            description=DESCRIPTION,
+        )
         self.routes: list[BaseRoute] = [
             Route("/", self.page, methods=["GET"], include_in_schema=False),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static"),
-            Route("/v1/tasks", self._api(self.list_tasks), methods=["GET"]),
-            Route("/v1/tasks/{task_id}", self._api(self.get_task), methods=["GET"]),
-            Route("/v1/tasks/{task_id}/messages", self._api(self.messages), methods=["GET"]),
-            Route("/v1/tasks/{task_id}/cancel", self._api(self.cancel), methods=["POST"]),
-            Route("/v1/stats", self._api(self.stats), methods=["GET"]),
-            Route("/v1/events", self._api(self.events), methods=["GET"]),
-            Route("/v1/openapi.json", self._api(self.openapi), methods=["GET"]),
+            *(
+                Route(op.path, self._endpoint(op, handler), methods=[op.method])
+                for op, handler in self.operations
+            ),
         ]
 
     def close(self) -> None:
@@ -333,13 +361,17 @@ class DashboardApi:
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def _api(self, endpoint: Endpoint) -> Endpoint:
-        """Check the token, turn `ApiError` into its JSON answer."""
+    def _endpoint(
+        self, op: Operation, handler: Handler
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """The route: the token (checked here too, so the routes stay guarded wherever they
+        are mounted), the query as `op.query`, the handler; `ApiError` as its answer."""
+        query_model: type[Query] = op.query
 
-        async def guarded(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:
             try:
-                self._authorize(request)
-                return await endpoint(request)
+                require_token(request.headers.get("authorization"), self.token)
+                return await handler(request, query_model.parse(request))
             except ApiError as exc:
                 return exc.response()
             except StoreError:
@@ -347,20 +379,15 @@ class DashboardApi:
                 log.exception("%s %s: the task store failed", request.method, request.url.path)
                 return ApiError(503, "store_unavailable", STORE_FAILED).response()
 
-        guarded.__name__ = endpoint.__name__
-        guarded.__doc__ = endpoint.__doc__
-        return guarded
+        endpoint.__name__ = handler.__name__
+        endpoint.__doc__ = handler.__doc__
+        return endpoint
 
-    def _authorize(self, request: Request) -> None:
-        # the service's middleware checks first; this keeps the routes safe wherever mounted
-        if not token_matches(request.headers.get("authorization"), self.token):
-            raise ApiError(401, "unauthorized", UNAUTHORIZED)
-
-    async def _snapshot(self) -> list[Task]:
+    async def _snapshot(self) -> list[StoredTask]:
         page = await self.manager.query_tasks(sort="updated_at", limit=SNAPSHOT_LIMIT, count=False)
         return page.tasks
 
-    async def _task(self, request: Request) -> Task:
+    async def _task(self, request: Request) -> StoredTask:
         """The task the path names, by its full id (every route: no prefixes, so a call never
         acts on another task than the one it names); 404 if it is not one of this backend's."""
         task_id = request.path_params["task_id"]
@@ -368,8 +395,6 @@ class DashboardApi:
             return await self.manager.get_task(task_id, prefix=False)
         except TaskNotFoundError:
             raise ApiError(404, "not_found", f"no task {task_id!r}") from None
-        except TaskRequestError as exc:
-            raise ApiError(400, "bad_request", str(exc)) from None
 
     # -- endpoints -----------------------------------------------------------------------------
 
@@ -377,66 +402,53 @@ class DashboardApi:
         """The dashboard page."""
         return FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
 
-    async def list_tasks(self, request: Request) -> Response:
+    async def list_tasks(self, request: Request, query: TaskListQuery) -> Response:
         """Tasks matching the filters, one page of them, newest first by default."""
-        params = _only(request, ("parent", "status", "agent", "q", "sort", "limit", "cursor"))
-        sort = params.get("sort") or SORTS[0]
-        if sort not in SORTS:
-            raise bad_param("sort", f"{sort!r} is not one of {', '.join(SORTS)}")
-        limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        cursor = Cursor.decode(params["cursor"], sort) if params.get("cursor") else None
-        statuses = _statuses(params)
         page = await self.manager.query_tasks(
-            parent_session_id=params.get("parent") or None,
-            statuses=statuses,
-            agent=params.get("agent") or None,
-            text=params.get("q") or None,
-            sort="updated_at" if sort.endswith("updated_at") else "created_at",
-            descending=sort.startswith("-"),
-            limit=limit,
-            after=None if cursor is None else (cursor.key, cursor.id),
+            parent_session_id=query.parent,
+            statuses=query.statuses,
+            agent=query.agent,
+            text=query.q,
+            sort=query.sort_field,
+            descending=query.sort.startswith("-"),
+            limit=query.limit,
+            after=query.after,
         )
         last = page.next_after
-        return JSONResponse(
-            {
-                "tasks": [task_json(self.hub.with_live_progress(t)) for t in page.tasks],
-                "total": page.total,
-                "next_cursor": None if last is None else Cursor(sort, *last).encode(),
-            }
+        return answer(
+            TaskPage(
+                tasks=[Task.of(self.hub.with_live_progress(t)) for t in page.tasks],
+                total=page.total or 0,
+                next_cursor=None
+                if last is None
+                else Cursor(sort=query.sort, key=last[0], id=last[1]).encode(),
+            )
         )
 
-    async def get_task(self, request: Request) -> Response:
+    async def get_task(self, request: Request, query: NoQuery) -> Response:
         """One task with its progress and fork stats."""
-        _only(request, ())
         task = self.hub.with_live_progress(await self._task(request))
-        out = task_json(task)
-        out["duration_ms"] = queries.turn_duration_ms(task)
-        return JSONResponse(out)
-
-    async def messages(self, request: Request) -> Response:
-        """The child's conversation, filtered like the output tool's."""
-        params = _only(request, ("full_session", "since_message_id", "message_limit"))
-        full_session = _bool_param(params, "full_session")
-        since = params.get("since_message_id") or None
-        limit = (
-            _int_param(params, "message_limit", None, 0, 10_000)
-            if params.get("message_limit")
-            else None
+        return answer(
+            TaskDetail.model_construct(**dict(task), duration_ms=queries.turn_duration_ms(task))
         )
-        task_id = (await self._task(request)).id
+
+    async def messages(self, request: Request, query: MessagesQuery) -> Response:
+        """The child's conversation, chosen as the output tool chooses it."""
+        task = await self._task(request)
         try:
             read = await self.manager.read_messages(
-                task_id,
-                full_session=full_session,
-                since_message_id=since,
-                message_limit=limit,
+                task.id,
+                full_session=query.full_session,
+                since_message_id=query.since_message_id,
+                message_limit=query.message_limit,
             )
         except TaskNotFoundError:
-            raise ApiError(404, "not_found", f"no task {task_id!r}") from None
+            raise ApiError(404, "not_found", f"no task {task.id!r}") from None
         except UnknownMessageError:
-            raise bad_param("since_message_id", f"{since!r} is not in the conversation") from None
+            raise bad_param(
+                "since_message_id", f"{query.since_message_id!r} is not in the conversation"
+            ) from None
         except SessionNotFoundError:
-            task = await self._task(request)
             raise ApiError(
                 404,
                 "not_found",
@@ -446,17 +458,17 @@ class DashboardApi:
             raise ApiError(502, "backend_error", f"reading the conversation: {exc}") from exc
         except TaskRequestError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
-        return JSONResponse(
-            {
-                "task_id": read.task.id,
-                "session_id": read.task.session_id,
-                "messages": [message_view(m) for m in read.messages],
-            }
+        return answer(
+            Conversation(
+                task_id=read.task.id,
+                session_id=read.task.session_id,
+                messages=[MessageView.model_validate(message_view(m)) for m in read.messages],
+            ),
+            exclude_unset=True,
         )
 
-    async def cancel(self, request: Request) -> Response:
+    async def cancel(self, request: Request, query: NoQuery) -> Response:
         """Cancel a running (or resumed) task."""
-        _only(request, ())
         task_id = (await self._task(request)).id
         try:
             task = await self.manager.cancel(task_id)
@@ -466,29 +478,27 @@ class DashboardApi:
             raise ApiError(409, "conflict", str(exc)) from None
         except TaskRequestError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
-        return JSONResponse(task_json(task))
+        return answer(Task.of(task))
 
-    async def stats(self, request: Request) -> Response:
+    async def stats(self, request: Request, query: StatsQuery) -> Response:
         """Counts by status and agent, tool calls by name, turn durations."""
-        params = _only(request, ("parent",))
-        stats = await self.manager.task_stats(params.get("parent") or None)
-        return JSONResponse(
-            {
-                "tasks": stats.tasks,
-                "by_status": stats.by_status,
-                "by_agent": stats.by_agent,
-                "tool_calls": {
-                    "total": sum(stats.tool_calls.values()),
-                    "by_name": stats.tool_calls,
-                    "unreadable_tasks": stats.tools_unrecorded,
-                },
-                "durations": stats.durations.model_dump(),
-            }
+        stats = await self.manager.task_stats(query.parent)
+        return answer(
+            Stats(
+                tasks=stats.tasks,
+                by_status=stats.by_status,
+                by_agent=stats.by_agent,
+                tool_calls=ToolCalls(
+                    total=sum(stats.tool_calls.values()),
+                    by_name=stats.tool_calls,
+                    unreadable_tasks=stats.tools_unrecorded,
+                ),
+                durations=stats.durations,
+            )
         )
 
-    async def events(self, request: Request) -> Response:
+    async def events(self, request: Request, query: NoQuery | None = None) -> Response:
         """Server-Sent Events: a snapshot (or a resume), then every task change."""
-        _only(request, ())
         if self.closing.is_set():
             raise ApiError(503, "unavailable", "the service is stopping")
         if self._poller is None and self.poll_interval is not None:
@@ -534,7 +544,6 @@ class DashboardApi:
             if not self.closing.is_set():
                 await self._reconcile()
 
-    async def openapi(self, request: Request) -> Response:
+    async def openapi(self, request: Request, query: NoQuery) -> Response:
         """This API's OpenAPI document."""
-        _only(request, ())
-        return JSONResponse(OPENAPI)
+        return JSONResponse(self.document)

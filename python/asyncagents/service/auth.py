@@ -16,7 +16,13 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import error_response
+from .errors import ApiError
+
+#: the detail of every 401
+UNAUTHORIZED = (
+    "Send the service token as `Authorization: Bearer <token>`; it is in the token file that "
+    "`asyncagents serve` printed at start."
+)
 
 #: bytes of randomness in a new token (hex encoded: twice as many characters)
 TOKEN_BYTES = 32
@@ -90,6 +96,12 @@ def token_matches(header: str | None, token: str) -> bool:
     return hmac.compare_digest(value.strip().encode(), token.encode())
 
 
+def require_token(header: str | None, token: str) -> None:
+    """The one auth check: a 401 `ApiError` unless `header` carries `token` as a bearer."""
+    if not token_matches(header, token):
+        raise ApiError(401, "unauthorized", UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
+
+
 class BearerAuth:
     """ASGI middleware: HTTP requests need ``Authorization: Bearer <token>``, except
     `public_paths` (exact paths) and paths under `public_prefixes`."""
@@ -119,14 +131,9 @@ class BearerAuth:
             if name == b"authorization":
                 header = value.decode("latin-1")
                 break
-        if not token_matches(header, self.token):
-            response = error_response(
-                401,
-                "unauthorized",
-                "Send the service token as `Authorization: Bearer <token>`; it is in the token "
-                "file that `asyncagents serve` printed at start.",
-                headers={"www-authenticate": "Bearer"},
-            )
-            await response(scope, receive, send)
+        try:
+            require_token(header, self.token)
+        except ApiError as exc:
+            await exc.response()(scope, receive, send)
             return
         await self.app(scope, receive, send)
