@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from asyncagents.tasks.models import Task, TaskProgress, TaskStatus  # noqa: E402
 from asyncagents.tasks.store import SQLiteTaskStore  # noqa: E402
+from asyncagents.tasks.store.rows import REBUILD_TOTALS  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef0123456789"
 AGENTS = ("general", "explore", "build", "review")
@@ -121,7 +122,7 @@ def fill_sqlite(path: Path, tasks: Iterator[Task]) -> None:
                 [store._task_values(t) for t in chunk],
             )
             for t in chunk:
-                store._save_tools(db, t, None)
+                store._save_footprint(db, t, None, totals=False)
 
         for task in tasks:
             chunk.append(task)
@@ -130,6 +131,12 @@ def fill_sqlite(path: Path, tasks: Iterator[Task]) -> None:
                 chunk = []
         if chunk:
             await store._write("filling", write)
+
+        def totals(db: Any) -> None:
+            for statement in REBUILD_TOTALS:
+                db.execute(statement)
+
+        await store._write("totals", totals)
         await store._run("analysing", lambda db: db.execute("ANALYZE"))
         await store.close()
 
@@ -139,7 +146,7 @@ def fill_sqlite(path: Path, tasks: Iterator[Task]) -> None:
 def fill_postgres(dsn: str, tasks: Iterator[Task]) -> None:
     from asyncagents.tasks.store.postgres import _WRITTEN, PostgresTaskStore
 
-    store = PostgresTaskStore(dsn)
+    store = PostgresTaskStore(dsn, statement_timeout=3600)
 
     async def run() -> None:
         await store.open()
@@ -158,6 +165,8 @@ def fill_postgres(dsn: str, tasks: Iterator[Task]) -> None:
                 ) as copy:
                     for row in tools:
                         await copy.write_row(row)
+                for statement in REBUILD_TOTALS:
+                    await cur.execute(statement)
             await conn.execute("VACUUM ANALYZE tasks")
             await conn.execute("VACUUM ANALYZE task_tools")
         await store.close()

@@ -46,8 +46,10 @@ async def test_open_creates_our_schema_once_and_reopens_it(pg_dsn: str) -> None:
         "cleared",
         "leases",
         "notices",
+        "task_counts",
         "task_tools",
         "tasks",
+        "tool_totals",
     ]
     assert tables["asyncagents_meta"] == [("asyncagents-tasks", SCHEMA_VERSION)]
 

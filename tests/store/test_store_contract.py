@@ -617,3 +617,35 @@ async def test_queries_with_nul_match_nothing_and_texts_with_nul_are_stored(
     assert (await store.task_stats("b1")).by_agent == {"bu\ufffdild": 1}
     assert (await store.task_stats("b\x00")).tasks == 0
     assert (await store.changed_since("b\x00", 0)).tasks == []
+
+
+async def test_running_totals_match_a_recount_after_concurrent_changes(
+    open_store: OpenStore,
+) -> None:
+    """The stats without a parent come from totals kept with each write; after concurrent
+    updates (each one moving a task between statuses and tools) and a clear, they equal a
+    count over the tasks themselves."""
+    from asyncagents.tasks.queries import stats_of
+
+    one, two = await open_store(), await open_store()
+    tasks = [make_task(f"tsk_t{i:02d}", parent=f"p{i % 3}") for i in range(12)]
+    for t in tasks:
+        await one.insert(t)
+    ends = [COMPLETED, TaskStatus.ERROR, TaskStatus.CANCELLED]
+
+    def end(i: int, round_: int):  # type: ignore[no-untyped-def]
+        def mutate(t: Task) -> tuple[Task, None]:
+            _ended(t, ends[(i + round_) % 3], 10 * i + round_, **{f"tool{round_ % 2}": i})
+            t.agent = ("general", "explore")[(i + round_) % 2]
+            return t, None
+
+        return mutate
+
+    for round_ in range(3):
+        await asyncio.gather(
+            *((one if i % 2 else two).update(t.id, end(i, round_)) for i, t in enumerate(tasks))
+        )
+    await two.delete_parent("p1", backend="b1")
+    stats = await one.task_stats("b1")
+    assert stats == stats_of(await one.list_tasks(backend="b1"))
+    assert stats.tasks == 8 and sum(stats.tool_calls.values()) > 0

@@ -41,19 +41,30 @@ from ..queries import (
     TaskPage,
     TaskQuery,
     TaskStats,
+    duration_summary,
     has_nul,
-    sorted_tools,
+    median_ranks,
+    percentile_rank,
     stats_of,
 )
 from .base import ACTIVE_STATUSES, Mutation
 from .rows import (
-    ToolsKey,
+    ADD_COUNTS,
+    ADD_TOOLS,
+    REBUILD_TOTALS,
+    TOTALS_TABLES,
+    CountDeltas,
+    CountKey,
+    Footprint,
+    ToolDeltas,
+    count_query,
     derived,
     like_pattern,
     load_notice,
     load_task,
     seconds_to_ms,
-    tools_key,
+    stats_from,
+    total_deltas,
 )
 
 log = logging.getLogger("asyncagents.tasks.store")
@@ -67,7 +78,7 @@ _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: "now" in epoch ms on the server, fixed for one statement
 _NOW = "(extract(epoch from statement_timestamp()) * 1000)::bigint"
 _V1_TABLES = frozenset({"asyncagents_meta", "tasks", "notices", "leases"})
-_TABLES = _V1_TABLES | {"task_tools", "cleared"}
+_TABLES = _V1_TABLES | {"task_tools", "cleared", "task_counts", "tool_totals"}
 #: text columns sort by code point (``COLLATE "C"``), like Python and SQLite
 _SCHEMA = (
     "CREATE TABLE asyncagents_meta (application TEXT NOT NULL, version INTEGER NOT NULL)",
@@ -108,6 +119,9 @@ _MIGRATE_1_TO_2 = (
     'CREATE TABLE cleared (id TEXT COLLATE "C" PRIMARY KEY, backend TEXT NOT NULL, '
     "cleared_at BIGINT NOT NULL)",
     "CREATE INDEX cleared_at ON cleared (backend, cleared_at)",
+    "CREATE INDEX tasks_status_updated ON tasks (backend, status, updated_at, id)",
+    "CREATE INDEX tasks_agent_updated ON tasks (backend, agent, updated_at, id)",
+    *TOTALS_TABLES,
 )
 
 _TASK_COLUMNS = "id, data, backend, owner"
@@ -135,6 +149,21 @@ def _has_nul(*values: object) -> bool:
     """Whether a text holds NUL, which PostgreSQL text cannot: no row can match it (a lookup
     finds nothing, as on the other stores), and it cannot be written."""
     return any(isinstance(v, str) and "\x00" in v for v in values)
+
+
+async def _add_totals(
+    cur: psycopg.AsyncCursor[Any], counts: CountDeltas, tools: ToolDeltas
+) -> None:
+    """Apply changes to the running totals, in key order (so two writers never wait on each
+    other's rows in a cycle)."""
+    if counts:
+        await cur.executemany(
+            ADD_COUNTS.format(p="%s"), [(*key, *delta) for key, delta in sorted(counts.items())]
+        )
+    if tools:
+        await cur.executemany(
+            ADD_TOOLS.format(p="%s"), [(*key, d) for key, d in sorted(tools.items())]
+        )
 
 
 def _where(clauses: Sequence[tuple[str, Any]]) -> tuple[str, list[Any]]:
@@ -287,6 +316,8 @@ class PostgresTaskStore:
                     for statement in _MIGRATE_1_TO_2:
                         await conn.execute(statement)
                     await self._fill_derived(conn)
+                    for statement in REBUILD_TOTALS:
+                        await conn.execute(statement)
                     await self._index_search(conn)
                     await conn.execute(
                         "UPDATE asyncagents_meta SET version = %s", (SCHEMA_VERSION,)
@@ -379,26 +410,33 @@ class PostgresTaskStore:
         )
 
     @staticmethod
-    async def _save_tools(
-        conn: psycopg.AsyncConnection[Any], task: Task, before: ToolsKey | None
+    async def _save_footprint(
+        conn: psycopg.AsyncConnection[Any],
+        task: Task,
+        before: Footprint | None,
+        *,
+        totals: bool = True,
     ) -> None:
-        """Keep the task's tool calls by name (rows of ``task_tools``) as its progress says;
-        `before` is `tools_key` of the stored task (None: a new one)."""
-        if before == tools_key(task):
-            return
-        if before is not None:
-            await conn.execute("DELETE FROM task_tools WHERE task_id = %s", (task.id,))
-        rows = [
-            (task.id, task.backend, task.parent_session_id, name, calls)
-            for name, calls in task.progress.tools.items()
-        ]
-        if rows:
-            async with conn.cursor() as cur:
-                await cur.executemany(
-                    "INSERT INTO task_tools (task_id, backend, parent_session_id, tool, calls) "
-                    "VALUES (%s, %s, %s, %s, %s)",
-                    rows,
-                )
+        """Keep the task's tool rows (``task_tools``) and, with `totals`, the running totals
+        (``task_counts``, ``tool_totals``) as the task now says; `before` is its footprint as
+        stored until now (None: a new task)."""
+        after = Footprint.of(task)
+        async with conn.cursor() as cur:
+            if before is None or before[2] != after[2]:
+                if before is not None:
+                    await cur.execute("DELETE FROM task_tools WHERE task_id = %s", (task.id,))
+                rows = [
+                    (task.id, task.backend, task.parent_session_id, name, calls)
+                    for name, calls in task.progress.tools.items()
+                ]
+                if rows:
+                    await cur.executemany(
+                        "INSERT INTO task_tools (task_id, backend, parent_session_id, tool, "
+                        "calls) VALUES (%s, %s, %s, %s, %s)",
+                        rows,
+                    )
+            if totals:
+                await _add_totals(cur, *total_deltas(before, after))
 
     async def _fill_derived(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Migration to version 2: the derived columns and tool rows of every stored task."""
@@ -410,7 +448,7 @@ class PostgresTaskStore:
                 "tools_unrecorded = %s WHERE id = %s",
                 (*derived(task), task.id),
             )
-            await self._save_tools(conn, task, None)
+            await self._save_footprint(conn, task, None, totals=False)
 
     async def insert(self, task: Task) -> None:
         self._check_writable(task.id, task.parent_session_id, task.session_id, task.backend)
@@ -420,7 +458,7 @@ class PostgresTaskStore:
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 self._task_values(task),
             )
-            await self._save_tools(conn, task, None)
+            await self._save_footprint(conn, task, None)
 
     async def get(self, task_id: str) -> Task | None:
         if _has_nul(task_id):
@@ -454,7 +492,7 @@ class PostgresTaskStore:
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (task_id,)
             )
             tasks = self._tasks(await cur.fetchall())
-            before = tools_key(tasks[0]) if tasks else None
+            before = Footprint.of(tasks[0]) if tasks else None
             out = mutate(tasks[0]) if tasks else None
             if out is None:
                 return None
@@ -467,7 +505,7 @@ class PostgresTaskStore:
                 "WHERE id = %s",
                 self._task_values(new),
             )
-            await self._save_tools(conn, new, before)
+            await self._save_footprint(conn, new, before)
             if notice is not None:
                 await conn.execute(
                     "INSERT INTO notices (parent_session_id, created_at, data, backend, "
@@ -536,11 +574,25 @@ class PostgresTaskStore:
         what = f"deleting the tasks of parent {parent_session_id}"
         async with self._connection(what) as conn, conn.transaction():
             cur = await conn.execute(
-                f"DELETE FROM tasks WHERE {where} RETURNING {_TASK_COLUMNS}, created_at", args
+                f"DELETE FROM tasks WHERE {where} RETURNING {_TASK_COLUMNS}, created_at, "
+                "status, agent, tools_unrecorded, duration_ms",
+                args,
             )
             rows = await cur.fetchall()
             await conn.execute(f"DELETE FROM notices WHERE {where}", args)
-            await conn.execute(f"DELETE FROM task_tools WHERE {where}", args)
+            cur = await conn.execute(
+                f"DELETE FROM task_tools WHERE {where} RETURNING backend, tool, calls", args
+            )
+            counts: dict[CountKey, tuple[int, int, int]] = {}
+            for r in rows:
+                key = (r[2], r[5], r[6])
+                n, u, t = counts.get(key, (0, 0, 0))
+                counts[key] = (n - 1, u - int(r[7]), t - int(r[8] is not None))
+            tools: dict[tuple[str, str], int] = {}
+            for backend_name, tool, calls in await cur.fetchall():
+                tools[(backend_name, tool)] = tools.get((backend_name, tool), 0) - int(calls)
+            async with conn.cursor() as totals:
+                await _add_totals(totals, counts, tools)
             now = now_ms()
             if rows:
                 async with conn.cursor() as many:
@@ -590,9 +642,7 @@ class PostgresTaskStore:
             rows = await cur.fetchall()
             total = None
             if query.count:
-                cur = await conn.execute(
-                    f"SELECT count(*) FROM tasks WHERE {' AND '.join(where)}", args
-                )
+                cur = await conn.execute(*count_query(query, where, args, "%s"))
                 found = await cur.fetchone()
                 total = int(found[0]) if found else 0
         more = len(rows) > query.limit
@@ -607,57 +657,65 @@ class PostgresTaskStore:
     async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
         if has_nul(backend, parent_session_id):
             return stats_of([])
-        where, args = _where([("backend", backend), ("parent_session_id", parent_session_id)])
-        timed = f"{where} AND duration_ms IS NOT NULL"
-        by_status = {s.value: 0 for s in TaskStatus}
-        by_agent: dict[str, int] = {}
-        total = unrecorded = 0
         async with self._connection("counting tasks") as conn, conn.transaction():
             # one snapshot for every count
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            cur = await conn.execute(
-                "SELECT status, agent, count(*), sum(tools_unrecorded) FROM tasks "
-                f"WHERE {where} GROUP BY status, agent",
-                args,
-            )
-            for status, agent, count, missing in await cur.fetchall():
-                by_status[status] = by_status.get(status, 0) + int(count)
-                by_agent[agent] = by_agent.get(agent, 0) + int(count)
-                total += int(count)
-                unrecorded += int(missing)
-            cur = await conn.execute(
-                f"SELECT tool, sum(calls) FROM task_tools WHERE {where} GROUP BY tool", args
-            )
-            tools = {str(name): int(calls) for name, calls in await cur.fetchall()}
-            cur = await conn.execute(
-                "SELECT count(*), min(duration_ms), max(duration_ms), "
-                "percentile_disc(0.95) WITHIN GROUP (ORDER BY duration_ms), "
-                "percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) "
-                f"FROM tasks WHERE {timed}",
-                args,
-            )
-            row = await cur.fetchone()
-            assert row is not None
-            count = int(row[0])
-            durations = DurationSummary()
-            if count:
-                # percentile_disc is the nearest rank; percentile_cont(0.5) the median
-                median = float(row[4])
-                durations = DurationSummary(
-                    count=count,
-                    min_ms=int(row[1]),
-                    median_ms=int(median) if median.is_integer() and count % 2 else median,
-                    p95_ms=int(row[3]),
-                    max_ms=int(row[2]),
+            if parent_session_id is not None:
+                args: tuple[str, ...] = (backend, parent_session_id)
+                mine = "WHERE backend = %s AND parent_session_id = %s"
+                cur = await conn.execute(
+                    f"SELECT status, agent, count(*), sum(tools_unrecorded) FROM tasks {mine} "
+                    "GROUP BY status, agent",
+                    args,
                 )
-        return TaskStats(
-            tasks=total,
-            by_status=by_status,
-            by_agent=dict(sorted(by_agent.items())),
-            tool_calls=sorted_tools(tools),
-            tools_unrecorded=unrecorded,
-            durations=durations,
-        )
+                counts = await cur.fetchall()
+                cur = await conn.execute(
+                    f"SELECT tool, sum(calls) FROM task_tools {mine} GROUP BY tool", args
+                )
+                tools = await cur.fetchall()
+                cur = await conn.execute(
+                    f"SELECT duration_ms FROM tasks {mine} AND duration_ms IS NOT NULL", args
+                )
+                durations = duration_summary([int(r[0]) for r in await cur.fetchall()])
+                return stats_from(counts, tools, durations)
+            cur = await conn.execute(
+                "SELECT status, agent, tasks, unrecorded, timed FROM task_counts "
+                "WHERE backend = %s AND tasks != 0",
+                (backend,),
+            )
+            counts = await cur.fetchall()
+            cur = await conn.execute(
+                "SELECT tool, calls FROM tool_totals WHERE backend = %s AND calls != 0",
+                (backend,),
+            )
+            tools = await cur.fetchall()
+            timed = sum(int(r[4]) for r in counts)
+            summary = DurationSummary()
+            if timed:
+                index = "FROM tasks WHERE backend = %s AND duration_ms IS NOT NULL"
+
+                async def ranked(rank: int) -> int:
+                    # walk the duration index from the nearer end
+                    order, skip = ("", rank - 1) if rank <= timed // 2 else ("DESC", timed - rank)
+                    cur = await conn.execute(
+                        f"SELECT duration_ms {index} ORDER BY duration_ms {order} "
+                        "LIMIT 1 OFFSET %s",
+                        (backend, skip),
+                    )
+                    row = await cur.fetchone()
+                    assert row is not None
+                    return int(row[0])
+
+                lo, hi = median_ranks(timed)
+                low, high = await ranked(lo), await ranked(hi)
+                summary = DurationSummary(
+                    count=timed,
+                    min_ms=await ranked(1),
+                    median_ms=low if lo == hi else (low + high) / 2,
+                    p95_ms=await ranked(percentile_rank(timed, 0.95)),
+                    max_ms=await ranked(timed),
+                )
+            return stats_from(counts, tools, summary)
 
     async def changed_since(self, backend: str, since: int) -> TaskChanges:
         if has_nul(backend):

@@ -33,14 +33,29 @@ from ..queries import (
     TaskPage,
     TaskQuery,
     TaskStats,
+    duration_summary,
     has_nul,
     median_ranks,
     percentile_rank,
-    sorted_tools,
     stats_of,
 )
 from .base import ACTIVE_STATUSES, Mutation
-from .rows import ToolsKey, derived, load_notice, load_task, seconds_to_ms, tools_key
+from .rows import (
+    ADD_COUNTS,
+    ADD_TOOLS,
+    REBUILD_TOTALS,
+    TOTALS_TABLES,
+    CountDeltas,
+    Footprint,
+    ToolDeltas,
+    count_query,
+    derived,
+    load_notice,
+    load_task,
+    seconds_to_ms,
+    stats_from,
+    total_deltas,
+)
 
 T = TypeVar("T")
 
@@ -104,6 +119,9 @@ _MIGRATE_2_TO_3 = (
     "CREATE TABLE cleared (id TEXT PRIMARY KEY, backend TEXT NOT NULL, "
     "cleared_at INTEGER NOT NULL)",
     "CREATE INDEX cleared_at ON cleared (backend, cleared_at)",
+    "CREATE INDEX tasks_status_updated ON tasks (backend, status, updated_at, id)",
+    "CREATE INDEX tasks_agent_updated ON tasks (backend, agent, updated_at, id)",
+    *TOTALS_TABLES,
 )
 #: the search index, made after `_fill_derived` (then built from the filled column): trigrams of
 #: ``tasks.search`` (FTS5, external content), kept in step by triggers; a search of 3 or more
@@ -147,6 +165,8 @@ _CURRENT_TABLES = {
     "leases": ["owner", "backend", "expires_at"],
     "task_tools": ["task_id", "backend", "parent_session_id", "tool", "calls"],
     "cleared": ["id", "backend", "cleared_at"],
+    "task_counts": ["backend", "status", "agent", "tasks", "unrecorded", "timed"],
+    "tool_totals": ["backend", "tool", "calls"],
     # the search index and its shadow tables (FTS5)
     "task_search": ["search"],
     "task_search_data": ["id", "block"],
@@ -189,6 +209,30 @@ def _rollback(db: sqlite3.Connection) -> None:
             db.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+
+
+def _add_totals(db: sqlite3.Connection, counts: CountDeltas, tools: ToolDeltas) -> None:
+    """Apply changes to the running totals (in key order)."""
+    db.executemany(
+        ADD_COUNTS.format(p="?"), [(*key, *delta) for key, delta in sorted(counts.items())]
+    )
+    db.executemany(ADD_TOOLS.format(p="?"), [(*key, d) for key, d in sorted(tools.items())])
+
+
+def _parent_stats(db: sqlite3.Connection, backend: str, parent: str) -> TaskStats:
+    """The stats of one parent's tasks (a few: read through the parent's indexes)."""
+    args = (backend, parent)
+    mine = "WHERE backend = ? AND parent_session_id = ?"
+    counts = db.execute(
+        f"SELECT status, agent, count(*), sum(tools_unrecorded) FROM tasks {mine} "
+        "GROUP BY status, agent",
+        args,
+    ).fetchall()
+    tools = db.execute(f"SELECT tool, sum(calls) FROM task_tools {mine} GROUP BY tool", args)
+    durations = db.execute(
+        f"SELECT duration_ms FROM tasks {mine} AND duration_ms IS NOT NULL", args
+    ).fetchall()
+    return stats_from(counts, tools.fetchall(), duration_summary([r[0] for r in durations]))
 
 
 def _exec(sql: str, *args: Any) -> Callable[[sqlite3.Connection], None]:
@@ -287,6 +331,8 @@ class SQLiteTaskStore:
                     for statement in _MIGRATE_2_TO_3:
                         db.execute(statement)
                     self._fill_derived(db)
+                    for statement in REBUILD_TOTALS:
+                        db.execute(statement)
                     for statement in _SEARCH_INDEX:
                         db.execute(statement)
                     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -396,21 +442,26 @@ class SQLiteTaskStore:
         )
 
     @staticmethod
-    def _save_tools(db: sqlite3.Connection, task: Task, before: ToolsKey | None) -> None:
-        """Keep the task's tool calls by name (rows of ``task_tools``) as its progress says;
-        `before` is `tools_key` of the stored task (None: a new one)."""
-        if before == tools_key(task):
-            return
-        if before is not None:
-            db.execute("DELETE FROM task_tools WHERE task_id = ?", (task.id,))
-        db.executemany(
-            "INSERT INTO task_tools (task_id, backend, parent_session_id, tool, calls) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [
-                (task.id, task.backend, task.parent_session_id, name, calls)
-                for name, calls in task.progress.tools.items()
-            ],
-        )
+    def _save_footprint(
+        db: sqlite3.Connection, task: Task, before: Footprint | None, *, totals: bool = True
+    ) -> None:
+        """Keep the task's tool rows (``task_tools``) and, with `totals`, the running totals
+        (``task_counts``, ``tool_totals``) as the task now says; `before` is its footprint as
+        stored until now (None: a new task)."""
+        after = Footprint.of(task)
+        if before is None or before[2] != after[2]:
+            if before is not None:
+                db.execute("DELETE FROM task_tools WHERE task_id = ?", (task.id,))
+            db.executemany(
+                "INSERT INTO task_tools (task_id, backend, parent_session_id, tool, calls) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [
+                    (task.id, task.backend, task.parent_session_id, name, calls)
+                    for name, calls in task.progress.tools.items()
+                ],
+            )
+        if totals:
+            _add_totals(db, *total_deltas(before, after))
 
     def _fill_derived(self, db: sqlite3.Connection) -> None:
         """Migration to version 3: the derived columns and tool rows of every stored task."""
@@ -424,7 +475,7 @@ class SQLiteTaskStore:
                 "tools_unrecorded = ? WHERE id = ?",
                 (*derived(task), task.id),
             )
-            self._save_tools(db, task, None)
+            self._save_footprint(db, task, None, totals=False)
 
     @staticmethod
     def _save_notice(db: sqlite3.Connection, notice: Notice) -> None:
@@ -451,7 +502,7 @@ class SQLiteTaskStore:
                 "?, ?, ?, ?, ?, ?, ?, ?)",
                 self._task_values(task),
             )
-            self._save_tools(db, task, None)
+            self._save_footprint(db, task, None)
 
         await self._write(f"inserting task {task.id}", work)
 
@@ -482,7 +533,7 @@ class SQLiteTaskStore:
             row = db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
             found = row.fetchone()
             task = None if found is None else self._task(found)
-            before = None if task is None else tools_key(task)
+            before = None if task is None else Footprint.of(task)
             out = None if task is None else mutate(task)
             if out is None:
                 return None
@@ -491,7 +542,7 @@ class SQLiteTaskStore:
                 f"UPDATE tasks SET {_UPDATED} WHERE id = ?",
                 self._task_values(new),
             )
-            self._save_tools(db, new, before)
+            self._save_footprint(db, new, before)
             if notice is not None:
                 self._save_notice(db, notice)
             return new, notice
@@ -549,6 +600,21 @@ class SQLiteTaskStore:
                 "ORDER BY created_at DESC, id DESC",
                 args,
             ).fetchall()
+            counts = db.execute(
+                "SELECT backend, status, agent, -count(*), -sum(tools_unrecorded), "
+                f"-count(duration_ms) FROM tasks WHERE {where} GROUP BY backend, status, agent",
+                args,
+            ).fetchall()
+            tools = db.execute(
+                f"SELECT backend, tool, -sum(calls) FROM task_tools WHERE {where} "
+                "GROUP BY backend, tool",
+                args,
+            ).fetchall()
+            _add_totals(
+                db,
+                {(r[0], r[1], r[2]): (r[3], r[4], r[5]) for r in counts},
+                {(r[0], r[1]): r[2] for r in tools},
+            )
             db.execute(f"DELETE FROM tasks WHERE {where}", args)
             db.execute(f"DELETE FROM notices WHERE {where}", args)
             db.execute(f"DELETE FROM task_tools WHERE {where}", args)
@@ -605,8 +671,8 @@ class SQLiteTaskStore:
             rows = rows[: query.limit]
             total = None
             if query.count:
-                count_sql = f"SELECT count(*) FROM tasks WHERE {' AND '.join(where)}"
-                total = int(db.execute(count_sql, args).fetchone()[0])
+                count_sql, count_args = count_query(query, where, args, "?")
+                total = int(db.execute(count_sql, count_args).fetchone()[0])
             last = rows[-1] if rows and more else None
             return TaskPage(
                 tasks=self._tasks(rows),
@@ -619,64 +685,44 @@ class SQLiteTaskStore:
     async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
         if has_nul(backend, parent_session_id):
             return stats_of([])
-        where, args = "backend = ?", [backend]
         if parent_session_id is not None:
-            where, args = where + " AND parent_session_id = ?", [*args, parent_session_id]
+            return await self._run(
+                "counting tasks", lambda db: _parent_stats(db, backend, parent_session_id)
+            )
 
         def work(db: sqlite3.Connection) -> TaskStats:
-            by_status = {s.value: 0 for s in TaskStatus}
-            by_agent: dict[str, int] = {}
-            total = unrecorded = 0
-            for status, agent, count, missing in db.execute(
-                "SELECT status, agent, count(*), sum(tools_unrecorded) FROM tasks "
-                f"WHERE {where} GROUP BY status, agent",
-                args,
-            ):
-                by_status[status] = by_status.get(status, 0) + count
-                by_agent[agent] = by_agent.get(agent, 0) + count
-                total += count
-                unrecorded += missing
-            tools = dict(
-                db.execute(
-                    f"SELECT tool, sum(calls) FROM task_tools WHERE {where} GROUP BY tool", args
-                ).fetchall()
-            )
-            timed = f"{where} AND duration_ms IS NOT NULL"
-            count, low, high = db.execute(
-                f"SELECT count(*), min(duration_ms), max(duration_ms) FROM tasks WHERE {timed}",
-                args,
-            ).fetchone()
-
-            def ranked(rank: int) -> int:
-                return int(
-                    db.execute(
-                        f"SELECT duration_ms FROM tasks WHERE {timed} "
-                        "ORDER BY duration_ms LIMIT 1 OFFSET ?",
-                        [*args, rank - 1],
-                    ).fetchone()[0]
-                )
-
+            counts = db.execute(
+                "SELECT status, agent, tasks, unrecorded, timed FROM task_counts "
+                "WHERE backend = ? AND tasks != 0",
+                (backend,),
+            ).fetchall()
+            tools = db.execute(
+                "SELECT tool, calls FROM tool_totals WHERE backend = ? AND calls != 0", (backend,)
+            ).fetchall()
+            timed = sum(r[4] for r in counts)
             durations = DurationSummary()
-            if count:
-                lo, hi = median_ranks(count)
-                median_lo = ranked(lo)
-                median_hi = median_lo if hi == lo else ranked(hi)
-                median = (median_lo + median_hi) / 2 if hi != lo else median_lo
+            if timed:
+                index = "FROM tasks WHERE backend = ? AND duration_ms IS NOT NULL"
+
+                def ranked(rank: int) -> int:
+                    # walk the index from the nearer end
+                    order, skip = ("", rank - 1) if rank <= timed // 2 else ("DESC", timed - rank)
+                    row = db.execute(
+                        f"SELECT duration_ms {index} ORDER BY duration_ms {order} LIMIT 1 OFFSET ?",
+                        (backend, skip),
+                    ).fetchone()
+                    return int(row[0])
+
+                lo, hi = median_ranks(timed)
+                low, high = ranked(lo), ranked(hi)
                 durations = DurationSummary(
-                    count=count,
-                    min_ms=low,
-                    median_ms=median,
-                    p95_ms=ranked(percentile_rank(count, 0.95)),
-                    max_ms=high,
+                    count=timed,
+                    min_ms=ranked(1),
+                    median_ms=low if lo == hi else (low + high) / 2,
+                    p95_ms=ranked(percentile_rank(timed, 0.95)),
+                    max_ms=ranked(timed),
                 )
-            return TaskStats(
-                tasks=total,
-                by_status=by_status,
-                by_agent=dict(sorted(by_agent.items())),
-                tool_calls=sorted_tools(tools),
-                tools_unrecorded=unrecorded,
-                durations=durations,
-            )
+            return stats_from(counts, tools, durations)
 
         return await self._run("counting tasks", work)
 
