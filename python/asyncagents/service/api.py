@@ -429,7 +429,9 @@ class DashboardApi:
         """One task with its progress and fork stats."""
         task = self.hub.with_live_progress(await self._task(request))
         return answer(
-            TaskDetail.model_construct(**dict(task), duration_ms=queries.turn_duration_ms(task))
+            TaskDetail.model_validate(
+                {**task.__dict__, "duration_ms": queries.turn_duration_ms(task)}
+            )
         )
 
     async def messages(self, request: Request, query: MessagesQuery) -> Response:

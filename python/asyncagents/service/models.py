@@ -225,8 +225,9 @@ class Task(StoredTask):
 
     @classmethod
     def of(cls, task: StoredTask) -> Task:
-        # the task is valid already: its fields are taken as they are
-        return cls.model_construct(**dict(task))
+        # its fields are valid already (nested models are taken as they are); validating the
+        # field dict in pydantic-core is ten times faster than `model_construct`
+        return cls.model_validate(task.__dict__)
 
 
 class TaskDetail(Task):

@@ -707,7 +707,12 @@ class PostgresTaskStore:
                     return int(row[0])
 
                 lo, hi = median_ranks(timed)
-                low, high = await ranked(lo), await ranked(hi)
+                cur = await conn.execute(
+                    f"SELECT duration_ms {index} ORDER BY duration_ms LIMIT %s OFFSET %s",
+                    (backend, hi - lo + 1, lo - 1),
+                )
+                middle = [int(r[0]) for r in await cur.fetchall()]
+                low, high = middle[0], middle[-1]
                 summary = DurationSummary(
                     count=timed,
                     min_ms=await ranked(1),

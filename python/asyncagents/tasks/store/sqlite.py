@@ -714,7 +714,11 @@ class SQLiteTaskStore:
                     return int(row[0])
 
                 lo, hi = median_ranks(timed)
-                low, high = ranked(lo), ranked(hi)
+                middle = db.execute(
+                    f"SELECT duration_ms {index} ORDER BY duration_ms LIMIT ? OFFSET ?",
+                    (backend, hi - lo + 1, lo - 1),
+                ).fetchall()
+                low, high = int(middle[0][0]), int(middle[-1][0])
                 durations = DurationSummary(
                     count=timed,
                     min_ms=ranked(1),
