@@ -557,7 +557,14 @@ class SQLiteTaskStore:
         backend: str | None = None,
         owner: str | None = None,
     ) -> list[Task]:
-        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE 1 = 1"
+        # a backend's active tasks (a manager's periodic checks) are few among many ended
+        # ones: read them through the status index, not the one that gives the order
+        hint = (
+            " INDEXED BY tasks_backend_status"
+            if backend is not None and statuses is not None and parent_session_id is None
+            else ""
+        )
+        sql = f"SELECT {_TASK_COLUMNS} FROM tasks{hint} WHERE 1 = 1"
         args: list[Any] = []
         for column, value in (
             ("parent_session_id", parent_session_id),
@@ -770,7 +777,8 @@ class SQLiteTaskStore:
     async def take_over(self, owner: str, backend: str, limit: int = 500) -> list[Task]:
         def work(db: sqlite3.Connection) -> list[Task]:
             rows = db.execute(
-                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = ? AND status IN (?, ?) "
+                f"SELECT {_TASK_COLUMNS} FROM tasks INDEXED BY tasks_backend_status "
+                "WHERE backend = ? AND status IN (?, ?) "
                 "AND (owner IS NULL OR owner != ?) AND NOT EXISTS (SELECT 1 FROM leases "
                 "WHERE leases.owner = tasks.owner AND leases.expires_at > ?) "
                 "ORDER BY created_at, id LIMIT ?",
