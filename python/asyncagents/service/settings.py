@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import tomllib
 import types
 import typing
@@ -37,6 +38,8 @@ DEFAULT_PORT = 4097
 #: what ``--store`` reads as a PostgreSQL DSN rather than a SQLite file
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _DEST_PREFIX = "setting_"
+#: "(default: ...)" in a field's description: a default that is not a plain value
+_STATED_DEFAULT = re.compile(r" ?\(default: ([^()]*)\)")
 
 
 class ServeSettings(BaseModel):
@@ -327,14 +330,19 @@ def settings_table() -> str:
     for setting in settings():
         option = setting.option
         if setting.kind == "bool":
-            option += f"` / `--no-{setting.option[2:]}"
+            option += f"`, `--no-{setting.option[2:]}"
         elif setting.kind == "choice":
             option += " " + "|".join(setting.choices)
         else:
             option += f" {setting.metavar}"
+        text = setting.info.description or ""
         default = "required" if setting.info.is_required() else _show(setting.default)
-        if setting.default is None and not setting.info.is_required():
+        stated = _STATED_DEFAULT.search(text)
+        if stated is not None:  # a default the description states in words
+            default, text = stated.group(1), text[: stated.start()] + text[stated.end() :]
+        elif setting.default is None and not setting.info.is_required():
             default = "none"
-        text = (setting.info.description or "").replace("|", "\\|")
-        rows.append(f"| `{setting.name}` | `{option}` | `{setting.env}` | {default} | {text} |")
+        # a pipe inside a code span stays as it is (Python-Markdown's tables skip code spans)
+        words = [c.replace("|", "\\|") for c in (default, text.strip())]
+        rows.append(f"| `{setting.name}` | `{option}` | `{setting.env}` | {' | '.join(words)} |")
     return "\n".join(rows) + "\n"
