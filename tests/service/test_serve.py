@@ -367,6 +367,54 @@ def test_every_manager_field_is_an_option_with_its_description() -> None:
     assert "--config" in options
 
 
+def test_a_new_field_is_an_option_at_once_and_a_mapping_of_counts_repeats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A field added to TaskManagerConfig (here in a subclass) needs no code in the CLI."""
+    from asyncagents.service import settings as settings_module
+    from pydantic import Field
+
+    class Config(TaskManagerConfig):
+        max_running_per_agent: dict[str, int] = Field(
+            default_factory=dict, description="most tasks running at once per agent"
+        )
+        max_cost: float | None = Field(default=None, gt=0, description="most dollars a task spends")
+
+    monkeypatch.setattr(settings_module, "MODELS", (settings_module.ServeSettings, Config))
+    from asyncagents.cli import _parser
+
+    serve = next(
+        action.choices["serve"]
+        for action in _parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    help_text = serve.format_help()
+    assert "--max-running-per-agent KEY=N" in help_text
+    assert "--max-cost NUMBER" in help_text
+    got = _resolve(
+        ["--opencode", NO_OPENCODE, "--max-running-per-agent", "build=2",
+         "--max-running-per-agent", "plan=1"],
+        {"ASYNCAGENTS_MAX_COST": "0.5"},
+    )  # fmt: skip
+    assert isinstance(got.manager, Config)
+    assert got.manager.max_running_per_agent == {"build": 2, "plan": 1}
+    assert got.manager.max_cost == 0.5
+    assert _resolve(["--opencode", NO_OPENCODE], {}).manager.max_running_per_agent == {}
+    from asyncagents.service.settings import SettingsError
+
+    with pytest.raises(SettingsError) as info:
+        _resolve(["--opencode", NO_OPENCODE, "--max-running-per-agent", "build=two"], {})
+    assert str(info.value) == (
+        "--max-running-per-agent [build]: Input should be a valid integer, unable to parse "
+        "string as an integer (got 'two')"
+    )
+    table = settings_module.settings_table()
+    assert (
+        "| `max_running_per_agent` | `--max-running-per-agent KEY=N` | "
+        "`ASYNCAGENTS_MAX_RUNNING_PER_AGENT` | none | most tasks running at once per agent |"
+    ) in table
+
+
 async def test_the_settings_reach_the_manager_and_the_store(tmp_path: Path) -> None:
     from asyncagents.service.server import build_manager
     from asyncagents.tasks import SQLiteTaskStore

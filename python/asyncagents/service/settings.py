@@ -125,7 +125,9 @@ class _Setting:
 
     @property
     def default(self) -> Any:
-        return None if self.info.is_required() else self.info.default
+        if self.info.is_required():
+            return None
+        return self.info.get_default(call_default_factory=True)
 
 
 def _without_none(annotation: Any) -> Any:
@@ -152,6 +154,8 @@ def settings() -> list[_Setting]:
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "none"
     return str(value)
 
 
@@ -160,7 +164,7 @@ def _help(setting: _Setting) -> str:
     if setting.kind == "mapping":
         text += "; repeat for each key"
     default = setting.default
-    if default is not None and "(default" not in text:
+    if default not in (None, {}) and "(default" not in text:
         text += f" (default: {_show(default)})"
     return f"{text} [env {setting.env}]"
 
@@ -175,12 +179,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="a TOML file of settings (keys as the options' names with underscores: "
         "poll_interval = 10); options and ASYNCAGENTS_* variables override it",
     )
-    groups = {
-        ServeSettings: parser.add_argument_group("the service"),
-        TaskManagerConfig: parser.add_argument_group("the task manager (TaskManagerConfig)"),
-    }
+    service = parser.add_argument_group("the service")
+    manager = parser.add_argument_group("the task manager (TaskManagerConfig)")
     for setting in settings():
-        group = groups[setting.model]
+        group = service if setting.model is ServeSettings else manager
         common: dict[str, Any] = {
             "dest": _DEST_PREFIX + setting.name,
             "default": argparse.SUPPRESS,
