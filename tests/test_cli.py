@@ -45,11 +45,9 @@ def test_no_file_runs_on_the_shipped_sample() -> None:
 SUMMARY = (
     "asyncagents fork: the sample session shipped with the package, 45 messages (608,050 bytes)\n"
     "  kept:          17 messages in a context of 21,246 characters (budget 200,000)\n"
-    "  compaction:    cut 28 messages before the latest compaction summary; kept the summary "
-    "and its tail of 7\n"
+    "  compaction:    28 messages cut before the latest summary; it and its tail of 7 kept\n"
     "  budget:        nothing dropped: every kept message fits\n"
-    "  tool results:  11: the 5 newest whole, the next 6 at most 3,000 characters, 0 older at "
-    "most 500\n"
+    "  tool results:  11: the 5 newest whole, the next 6 to 3,000 characters, 0 older to 500\n"
     "                 2 cut (1 keeping head and tail), 0 cleared by OpenCode before\n"
 )
 
@@ -209,3 +207,10 @@ def test_the_console_script_is_installed() -> None:
     done = subprocess.run([script, "fork", "--json"], capture_output=True, timeout=60, check=False)
     assert done.returncode == 0
     assert json.loads(done.stdout)["stats"]["originalCount"] == 45
+
+
+def test_the_readme_shows_what_its_first_command_prints() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text("utf-8")
+    assert "python3 -m pip install . && asyncagents fork --stats\n" in readme
+    shown = SUMMARY + "context: not shown (--full prints it, -o FILE writes it to a file)\n"
+    assert f"```\n{shown}```\n" in readme

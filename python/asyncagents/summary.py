@@ -27,8 +27,8 @@ def fork_summary(ctx: ForkContext, source: str, size: int, config: ForkConfig) -
     if stats.compaction_detected:
         cut = max(stats.original_count - candidates, 0)
         lines.append(
-            f"  compaction:    cut {_plural(cut, 'message')} before the latest compaction "
-            f"summary; kept the summary and its tail of {stats.compaction_tail_messages:,}"
+            f"  compaction:    {_plural(cut, 'message')} cut before the latest summary; it and "
+            f"its tail of {stats.compaction_tail_messages:,} kept"
         )
     else:
         lines.append("  compaction:    none in the session")
@@ -44,8 +44,8 @@ def fork_summary(ctx: ForkContext, source: str, size: int, config: ForkConfig) -
     if total:
         lines.append(
             f"  tool results:  {total:,}: the {tiers.tier1:,} newest whole, the next "
-            f"{tiers.tier2:,} at most {config.tier2_limit:,} characters, {tiers.tier3:,} older "
-            f"at most {config.tier3_limit:,}"
+            f"{tiers.tier2:,} to {config.tier2_limit:,} characters, {tiers.tier3:,} older to "
+            f"{config.tier3_limit:,}"
         )
         lines.append(
             f"                 {stats.truncated_results:,} cut ({stats.head_tail_applied:,} "

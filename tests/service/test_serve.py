@@ -362,8 +362,8 @@ def test_every_manager_field_is_an_option_with_its_description() -> None:
         assert option in options, option
         assert options[option].help is not None
         assert options[option].help.startswith(info.description.split(" (default")[0])
-        assert f"| `{name}` | `{option}" in table
-        assert f"`ASYNCAGENTS_{name.upper()}`" in table
+        assert f"| `{name}`<br>`{option}" in table
+        assert f"`<br>`ASYNCAGENTS_{name.upper()}` | " in table
     assert "--config" in options
 
 
@@ -410,7 +410,7 @@ def test_a_new_field_is_an_option_at_once_and_a_mapping_of_counts_repeats(
     )
     table = settings_module.settings_table()
     assert (
-        "| `max_running_per_agent` | `--max-running-per-agent KEY=N` | "
+        "| `max_running_per_agent`<br>`--max-running-per-agent KEY=N`<br>"
         "`ASYNCAGENTS_MAX_RUNNING_PER_AGENT` | none | most tasks running at once per agent |"
     ) in table
 

@@ -326,8 +326,8 @@ def open_store(store: str | None, default: Path) -> TaskStore:
 def settings_table() -> str:
     """The Markdown table of every setting, for the docs."""
     rows = [
-        "| setting (TOML key) | option | environment | default | what it does |",
-        "|---|---|---|---|---|",
+        "| setting: TOML key, option, environment | default | what it does |",
+        "|---|---|---|",
     ]
     for setting in settings():
         option = setting.option
@@ -346,5 +346,6 @@ def settings_table() -> str:
             default = "none"
         # a pipe inside a code span stays as it is (Python-Markdown's tables skip code spans)
         words = [c.replace("|", "\\|") for c in (default, text.strip())]
-        rows.append(f"| `{setting.name}` | `{option}` | `{setting.env}` | {' | '.join(words)} |")
+        names = f"`{setting.name}`<br>`{option}`<br>`{setting.env}`"
+        rows.append(f"| {names} | {' | '.join(words)} |")
     return "\n".join(rows) + "\n"
