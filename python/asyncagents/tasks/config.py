@@ -85,6 +85,12 @@ class TaskManagerConfig(BaseModel):
         description="attempts of one background store write before the periodic check "
         "takes it over",
     )
+    drain_timeout: float = Field(
+        default=10.0,
+        ge=0,
+        description="seconds a graceful stop waits for prompts being sent (the next owner "
+        "re-sends the rest, idempotently)",
+    )
     notify_parent: bool = Field(
         default=True, description="tell the parent session when its task ends"
     )
