@@ -214,3 +214,23 @@ def test_the_readme_shows_what_its_first_command_prints() -> None:
     assert "python3 -m pip install . && asyncagents fork --stats\n" in readme
     shown = SUMMARY + "context: not shown (--full prints it, -o FILE writes it to a file)\n"
     assert f"```\n{shown}```\n" in readme
+
+
+def test_summary_of_a_newest_message_over_the_budget() -> None:
+    messages = [
+        {
+            "info": {"id": "msg_001", "role": "user", "sessionID": "ses_x"},
+            "parts": [{"type": "text", "text": "y" * 300_000}],
+        }
+    ]
+    ctx = build_fork_context(messages)
+    assert ctx.stats.hard_capped
+    done = run("fork", "-", "--stats", stdin=json.dumps(messages).encode())
+    assert done.returncode == 0
+    lines = done.stdout.decode().splitlines()
+    assert lines[1] == (
+        f"  kept:          1 message in a context of {len(ctx.text):,} characters (budget 200,000)"
+    )
+    assert lines[3] == (
+        "  budget:        the newest message alone was over the budget: its text cut head and tail"
+    )

@@ -233,6 +233,14 @@ def test_an_interactive_terminal_gets_the_dashboard_link_with_the_token(
         os.close(main_fd)
 
 
+def test_addresses_are_printed_as_urls() -> None:
+    from asyncagents.service.server import base_url
+
+    assert base_url("127.0.0.1", 4097) == "http://127.0.0.1:4097"
+    assert base_url("::1", 4097) == "http://[::1]:4097"
+    assert base_url("localhost", 80) == "http://localhost:80"
+
+
 def _run(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "asyncagents", *argv],
