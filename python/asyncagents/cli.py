@@ -34,8 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         "fork",
         help="print the context to inject into a forked child session",
         description="Read a session (the JSON of GET /session/{id}/message, or an "
-        "`opencode export` file) and print the text to inject into a forked child. "
-        "With no FILE, run on a real sample session shipped with the package.",
+        "`opencode export` file) and print the text to inject into a forked child; with "
+        "--stats, a summary of what the fork kept and cut instead. With no FILE, run on a "
+        "real sample session shipped with the package.",
     )
     fork.add_argument("file", nargs="?", help="session JSON file, or - for standard input")
     fork.add_argument(
@@ -101,12 +102,14 @@ def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "--service",
         default="http://127.0.0.1:4097",
         metavar="URL",
-        help="the asyncagents service (default http://127.0.0.1:4097)",
+        help="the asyncagents service, an http(s) URL (default http://127.0.0.1:4097)",
     )
     install.add_argument(
         "--opencode-version",
         metavar="X.Y.Z",
-        help="OpenCode version to pin @opencode-ai/plugin to (default: `opencode --version`)",
+        help="OpenCode version to pin @opencode-ai/plugin to (default: the version of "
+        "opencode on PATH, else of .opencode-bin/node_modules/.bin/opencode, else the tested "
+        "one)",
     )
 
 
