@@ -134,7 +134,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
     problem = _url_problem(settings.serve.opencode)
     if problem is not None:
-        print(f"asyncagents serve: --opencode {problem}", file=sys.stderr)
+        source = settings.sources.get("opencode", "--opencode")
+        print(f"asyncagents serve: {source} {problem}", file=sys.stderr)
         return 2
     path = default_token_path()
     try:

@@ -192,6 +192,17 @@ def test_a_bad_opencode_url_is_refused_and_a_down_one_warned(service: Service) -
         assert done.stderr == (
             f"asyncagents serve: --opencode {url!r} is not an http(s) URL with a host\n"
         )
+    from_env = subprocess.run(
+        [sys.executable, "-m", "asyncagents", "serve"],
+        env={**env, "ASYNCAGENTS_OPENCODE": "notaurl"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (from_env.returncode, from_env.stderr) == (
+        2,
+        "asyncagents serve: ASYNCAGENTS_OPENCODE 'notaurl' is not an http(s) URL with a host\n",
+    )
     service.start()
     status, out = service.stop()
     assert status == 0

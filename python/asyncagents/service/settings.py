@@ -21,7 +21,7 @@ import tomllib
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -80,6 +80,8 @@ class Settings:
 
     serve: ServeSettings
     manager: TaskManagerConfig
+    #: where each given setting came from (``--port``, ``ASYNCAGENTS_PORT``, ``port in FILE``)
+    sources: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -271,7 +273,7 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
         raise SettingsError("\n".join(problems))
     serve, manager = validated
     assert isinstance(serve, ServeSettings) and isinstance(manager, TaskManagerConfig)
-    return Settings(serve=serve, manager=manager)
+    return Settings(serve=serve, manager=manager, sources=labels)
 
 
 def _problems(exc: ValidationError, labels: Mapping[str, str]) -> Iterator[str]:
