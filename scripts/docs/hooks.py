@@ -1,6 +1,7 @@
 """MkDocs hooks: the home page from the README, and the settings table from the models.
 
-- ``docs/index.md`` is the README (one text for both), its ``docs/...`` links made relative.
+- ``docs/index.md`` becomes the README (one text for both), its ``docs/...`` links made
+  relative.
 - The settings table of ``docs/configuration.md`` comes from
   `asyncagents.service.settings.settings_table`: the same fields that make ``asyncagents
   serve``'s options, so a field added to `TaskManagerConfig` shows in the docs too.
@@ -21,7 +22,7 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     if README_MARKER.search(markdown):
         readme = (_REPO / "README.md").read_text(encoding="utf-8")
         readme = readme.replace("](docs/", "](")
-        return README_MARKER.sub(lambda _: readme, markdown)
+        return readme
     if TABLE_MARKER in markdown:
         from asyncagents.service.settings import settings_table
 
