@@ -129,7 +129,11 @@ class _Setting:
     def default(self) -> Any:
         if self.info.is_required():
             return None
-        return self.info.get_default(call_default_factory=True)
+        factory = self.info.default_factory
+        if factory is None:
+            return self.info.default
+        # called without arguments: pydantic before 2.11 wants validated data for that otherwise
+        return typing.cast(typing.Callable[[], Any], factory)()
 
 
 def _without_none(annotation: Any) -> Any:
