@@ -170,6 +170,12 @@ class OpenCodeBackend:
             ),
         )
 
+    @property
+    def name(self) -> str:
+        """The manager's default backend name: the server's URL, the same in every process
+        that talks to it (they all see its sessions, so they may share its tasks)."""
+        return self.base_url
+
     async def __aenter__(self) -> OpenCodeBackend:
         return self
 
