@@ -13,9 +13,13 @@ import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ForkInputError
 from .fork import build_fork_context
+
+if TYPE_CHECKING:
+    from .tasks import OpenCodeCredentials
 
 #: A real session recorded from opencode 1.18.33 (compaction, pruning, bash/read tools).
 SAMPLE = "sample_session.json"
@@ -72,6 +76,18 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         help="SQLite file of the tasks (default $XDG_STATE_HOME/asyncagents/tasks.sqlite3)",
     )
     serve.add_argument(
+        "--opencode-username",
+        metavar="NAME",
+        help="OpenCode's server username (default $OPENCODE_SERVER_USERNAME, else opencode)",
+    )
+    serve.add_argument(
+        "--opencode-password-file",
+        type=Path,
+        metavar="PATH",
+        help="a file holding OpenCode's server password (default $OPENCODE_SERVER_PASSWORD; "
+        "never give the password itself on the command line)",
+    )
+    serve.add_argument(
         "--wake",
         choices=("each", "all_done", "never"),
         default="each",
@@ -115,6 +131,11 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"asyncagents serve: {problem}", file=sys.stderr)
         return 2
+    try:
+        credentials = _opencode_credentials(args)
+    except ValueError as exc:
+        print(f"asyncagents serve: {exc}", file=sys.stderr)
+        return 2
     path = default_token_path()
     try:
         token, created = load_or_create_token(path)
@@ -122,7 +143,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"asyncagents serve: {exc}", file=sys.stderr)
         return 2
     print(f"asyncagents serve: token {'created in' if created else 'read from'} {path}", flush=True)
-    warning = _opencode_down(args.opencode)
+    warning = _opencode_down(args.opencode, credentials)
     if warning is not None:
         print(f"asyncagents serve: warning: {warning}", file=sys.stderr, flush=True)
     options = ServeOptions(
@@ -131,6 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         store_path=args.store,
         wake=args.wake,
+        opencode_credentials=credentials,
     )
     return serve(options, token)
 
@@ -148,18 +170,37 @@ def _opencode_url_problem(url: str) -> str | None:
     return None
 
 
-def _opencode_down(url: str) -> str | None:
+def _opencode_credentials(args: argparse.Namespace) -> OpenCodeCredentials:
+    """OpenCode's credentials: the password file when given, else the environment (as
+    ``opencode serve`` reads it); `--opencode-username` over ``$OPENCODE_SERVER_USERNAME``.
+    Raises `ValueError` for a password file that cannot be used."""
+    from .tasks import OpenCodeCredentials
+
+    if args.opencode_password_file is not None:
+        return OpenCodeCredentials.from_file(args.opencode_password_file, args.opencode_username)
+    found = OpenCodeCredentials.from_env() or OpenCodeCredentials()
+    if args.opencode_username:
+        return OpenCodeCredentials(args.opencode_username, found.password)
+    return found
+
+
+def _opencode_down(url: str, credentials: OpenCodeCredentials) -> str | None:
     """Why the OpenCode server does not answer its health check yet, or None when it does
     (only a warning: the service reconnects once it is up)."""
     import httpx
 
+    from .tasks.opencode import auth_refused
+
+    health = str(httpx.URL(url).join("/global/health"))
     try:
-        response = httpx.get(str(httpx.URL(url).join("/global/health")), timeout=3.0)
+        response = httpx.get(health, timeout=3.0, auth=credentials.auth())
     except httpx.HTTPError as exc:
         return (
             f"OpenCode at {url} does not answer yet ({type(exc).__name__}); tool calls fail "
             "until it does"
         )
+    if response.status_code in (401, 403):
+        return auth_refused(url.rstrip("/"), response.status_code, "GET", health, credentials)
     if response.status_code != 200:
         return f"{url}/global/health answered HTTP {response.status_code}"
     return None

@@ -50,7 +50,15 @@ class PluginOpenCode(OpenCodeServer):
 class ServiceProcess:
     """``asyncagents serve`` as a subprocess over one OpenCode server."""
 
-    def __init__(self, root: Path, opencode_url: str, state: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        opencode_url: str,
+        state: Path,
+        *,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.root = root
@@ -58,10 +66,14 @@ class ServiceProcess:
         self.state = state
         self.log_path = root / "service.log"
         self.process: subprocess.Popen[bytes] | None = None
+        #: more environment variables, and more arguments of ``asyncagents serve``
+        self.extra_env = dict(env or {})
+        self.extra_args = args
 
     def start(self) -> ServiceProcess:
         env = {**os.environ, "PYTHONPATH": python_path(), "XDG_STATE_HOME": str(self.state)}
         env.pop("ASYNCAGENTS_TOKEN_FILE", None)
+        env.update(self.extra_env)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [
@@ -77,6 +89,7 @@ class ServiceProcess:
                     str(self.root / "tasks.sqlite3"),
                     "--wake",
                     "each",
+                    *self.extra_args,
                 ],
                 env=env,
                 stdout=log,

@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 
 from ..tasks import (
     OpenCodeBackend,
+    OpenCodeCredentials,
     SQLiteTaskStore,
     TaskManager,
     TaskManagerConfig,
@@ -47,11 +48,13 @@ class ServeOptions:
     port: int = DEFAULT_PORT
     store_path: Path | None = None
     wake: WakeMode = "each"
+    #: OpenCode's server credentials; None: ``$OPENCODE_SERVER_PASSWORD`` / ``_USERNAME``
+    opencode_credentials: OpenCodeCredentials | None = None
 
 
 def build_manager(options: ServeOptions) -> TaskManager:
     """A `TaskManager` over the OpenCode server at `options.opencode_url`, SQLite store."""
-    backend = OpenCodeBackend(options.opencode_url)
+    backend = OpenCodeBackend(options.opencode_url, credentials=options.opencode_credentials)
     store = SQLiteTaskStore(options.store_path or default_store_path())
     return TaskManager(backend, store, TaskManagerConfig(wake=options.wake))
 

@@ -148,6 +148,11 @@ class BackendHTTPError(BackendError):
     confirmed not-found answer: an HTML 404 page, a 5xx, another JSON error."""
 
 
+class BackendAuthError(BackendError):
+    """The server refused our credentials (HTTP 401 or 403): a setup problem that no retry
+    fixes. The message says which credentials to set, and where; it never holds a password."""
+
+
 class BackendProtocolError(BackendError):
     """The server answered something the client cannot use: a body that is not the JSON
     expected, a redirect, a body over its size cap."""
