@@ -25,7 +25,7 @@ from subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 OPENCODE_VERSION = "1.18.33"
-NOTICE = re.compile(r"\[asyncagents notice (ntc_[0-9a-f]+)\]\nBackground task (tsk_[0-9a-f]+)")
+NOTICE = re.compile(r"\[asyncagents notice (ntc_[0-9a-f]+)\]\nBackground task `(tsk_[0-9a-f]+)`")
 
 
 def call(tool: str, arguments: dict[str, Any]) -> str:
@@ -203,6 +203,6 @@ async def notices_of(oc: OpenCodeBackend, session_id: str) -> list[tuple[str, st
 
 
 def started_task_id(started: str) -> str:
-    match = re.match(r"Background task started: (tsk_[0-9a-f]+)", started)
+    match = re.match(r"Background task started: `(tsk_[0-9a-f]+)`", started)
     assert match, started
     return match.group(1)
