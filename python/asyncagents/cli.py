@@ -70,6 +70,14 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4097, help="port (default 4097)")
     serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME or NAME:PORT (repeatable; by "
+        "default only the bound address, and localhost when it is loopback)",
+    )
+    serve.add_argument(
         "--store",
         type=Path,
         metavar="PATH",
@@ -152,6 +160,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         store_path=args.store,
         wake=args.wake,
+        allowed_hosts=tuple(args.allowed_host),
         opencode_credentials=credentials,
     )
     return serve(options, token)

@@ -207,3 +207,49 @@ async def test_wake_goes_to_the_managers_config(tmp_path: Path, wake: str) -> No
         assert manager.backend_name == NO_OPENCODE
     finally:
         await manager.aclose()
+
+
+def test_serve_answers_only_its_own_host_names(service: Service) -> None:
+    service.start("--allowed-host", "agents.internal")
+    token = service.token_path.read_text().strip()
+    auth = {"authorization": f"Bearer {token}"}
+    port = service.port
+    for host in ("rebind.example", f"rebind.example:{port}", f"127.0.0.1:{port + 1}"):
+        for path in ("/", "/v1/health", "/v1/tasks"):
+            response = httpx.get(f"{service.url}{path}", headers={"host": host, **auth}, timeout=30)
+            assert response.status_code == 421, (host, path)
+            assert response.json()["error"] == "misdirected_request"
+            assert response.headers["x-content-type-options"] == "nosniff"
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "agents.internal", "localhost"):
+        response = httpx.get(f"{service.url}/v1/health", headers={"host": host}, timeout=30)
+        assert response.status_code == 200, host
+        assert response.headers["x-content-type-options"] == "nosniff"
+    status, out = service.stop()
+    assert status == 0, out
+    assert "not loopback" not in out
+
+
+def test_any_loopback_address_binds_without_a_warning(service: Service) -> None:
+    service.url = f"http://127.0.0.2:{service.port}"
+    service.start("--host", "127.0.0.2")
+    response = httpx.get(f"{service.url}/v1/health", timeout=30)
+    assert response.status_code == 200
+    status, out = service.stop()
+    assert status == 0, out
+    assert "not loopback" not in out
+    assert f"asyncagents serve: ready on http://127.0.0.2:{service.port}\n" in out
+
+
+def test_a_name_other_than_localhost_is_warned_about(service: Service) -> None:
+    done = subprocess.run(
+        [*service.argv("t.sqlite3"), "--host", "no-such-host.invalid"],
+        env=service.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1  # it cannot bind there
+    assert (
+        "\nasyncagents serve: listening on no-such-host.invalid, not loopback: anyone who can "
+        "reach it and has the token can start tasks.\n" in done.stderr
+    )

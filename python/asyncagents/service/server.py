@@ -31,12 +31,13 @@ from ..tasks import (
 )
 from ..tasks.config import WakeMode
 from .app import begin_drain, create_app
+from .connections import AbortableProtocol
+from .hosts import AllowedHosts, is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4097
 #: the longest a stop waits for the calls in flight before it closes the manager anyway
 GRACEFUL_SECONDS = 30
-_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class ServeOptions:
     port: int = DEFAULT_PORT
     store_path: Path | None = None
     wake: WakeMode = "each"
+    #: more ``Host`` names to answer to (``--allowed-host``), besides the bound ones
+    allowed_hosts: tuple[str, ...] = ()
     #: OpenCode's server credentials; None: ``$OPENCODE_SERVER_PASSWORD`` / ``_USERNAME``
     opencode_credentials: OpenCodeCredentials | None = None
 
@@ -98,25 +101,30 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def uvicorn_config(app: Starlette, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
+    """How the service runs on uvicorn: its protocol lets a response reset its connection
+    (a dropped event stream), a stop waits `GRACEFUL_SECONDS` for the calls in flight."""
+    settings: dict[str, Any] = {
+        "lifespan": "on",
+        "log_level": "warning",
+        "timeout_graceful_shutdown": GRACEFUL_SECONDS,
+        **kwargs,
+    }
+    return uvicorn.Config(app, host=host, port=port, http=AbortableProtocol, **settings)
+
+
 def serve(options: ServeOptions, token: str) -> int:
     """Run the service until a stop signal; the exit status."""
-    if options.host not in _LOOPBACK:
+    if not is_loopback(options.host):
         print(
             f"asyncagents serve: listening on {options.host}, not loopback: anyone who can reach "
             "it and has the token can start tasks.",
             file=sys.stderr,
         )
     manager = build_manager(options)
-    app = create_app(manager, token=token)
-    config = uvicorn.Config(
-        app,
-        host=options.host,
-        port=options.port,
-        lifespan="on",
-        log_level="warning",
-        timeout_graceful_shutdown=GRACEFUL_SECONDS,
-    )
-    server = _Server(config, app)
+    allowed = AllowedHosts(options.host, options.port, options.allowed_hosts)
+    app = create_app(manager, token=token, allowed_hosts=allowed)
+    server = _Server(uvicorn_config(app, options.host, options.port), app)
     try:
         server.run()
     except SystemExit as exc:  # uvicorn exits when it cannot bind or start the app

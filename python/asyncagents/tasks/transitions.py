@@ -122,8 +122,12 @@ def cancelled() -> Mutation:
     return mutate
 
 
-def resumed(prompt: str, after_message_id: str | None, owner: str) -> Mutation:
-    """A follow-up turn starts on a completed task; the resuming manager becomes its owner."""
+def resumed(
+    prompt: str, after_message_id: str | None, owner: str, message_id: str | None = None
+) -> Mutation:
+    """A follow-up turn starts on a completed task; the resuming manager becomes its owner.
+
+    `message_id` is the id its prompt is sent with (`models.message_id_after`)."""
 
     def mutate(t: Task) -> Outcome:
         if t.status is not TaskStatus.COMPLETED:
@@ -134,6 +138,7 @@ def resumed(prompt: str, after_message_id: str | None, owner: str) -> Mutation:
         t.turn += 1
         t.last_prompt = prompt
         t.turn_after_message_id = after_message_id
+        t.prompt_message_id = message_id
         t.turn_started_at = None
         t.result_retrieved_at = None
         t.error = None
