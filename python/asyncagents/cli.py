@@ -14,11 +14,15 @@ import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import ForkConfig
 from .errors import ForkInputError
 from .fork import build_fork_context
+
+if TYPE_CHECKING:
+    from .tasks import OpenCodeCredentials
 
 #: A real session recorded from opencode 1.18.33 (compaction, pruning, bash/read tools).
 SAMPLE = "sample_session.json"
@@ -116,7 +120,13 @@ def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
 def _serve(args: argparse.Namespace) -> int:
     from .service.auth import TokenFileError, default_token_path, load_or_create_token
     from .service.server import serve
-    from .service.settings import SettingsError, dsn_has_password, is_postgres_dsn, resolve
+    from .service.settings import (
+        SettingsError,
+        dsn_has_password,
+        is_postgres_dsn,
+        opencode_credentials,
+        resolve,
+    )
 
     try:
         settings = resolve(args)
@@ -144,7 +154,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"asyncagents serve: {exc}", file=sys.stderr)
         return 2
     print(f"asyncagents serve: token {'created in' if created else 'read from'} {path}", flush=True)
-    warning = _opencode_down(settings.serve.opencode)
+    try:
+        credentials = opencode_credentials(settings.serve)
+    except ValueError as exc:
+        print(f"asyncagents serve: {exc}", file=sys.stderr)
+        return 2
+    warning = _opencode_down(settings.serve.opencode, credentials)
     if warning is not None:
         print(f"asyncagents serve: warning: {warning}", file=sys.stderr, flush=True)
     try:
@@ -161,18 +176,23 @@ def _url_problem(url: str) -> str | None:
     return service_url_problem(url)
 
 
-def _opencode_down(url: str) -> str | None:
+def _opencode_down(url: str, credentials: OpenCodeCredentials) -> str | None:
     """Why the OpenCode server does not answer its health check yet, or None when it does
     (only a warning: the service reconnects once it is up)."""
     import httpx
 
+    from .tasks.opencode import auth_refused
+
+    health = str(httpx.URL(url).join("/global/health"))
     try:
-        response = httpx.get(str(httpx.URL(url).join("/global/health")), timeout=3.0)
+        response = httpx.get(health, timeout=3.0, auth=credentials.auth())
     except httpx.HTTPError as exc:
         return (
             f"OpenCode at {url} does not answer yet ({type(exc).__name__}); tool calls fail "
             "until it does"
         )
+    if response.status_code in (401, 403):
+        return auth_refused(url.rstrip("/"), response.status_code, "GET", health, credentials)
     if response.status_code != 200:
         return f"{url}/global/health answered HTTP {response.status_code}"
     return None

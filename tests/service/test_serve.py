@@ -342,6 +342,8 @@ def test_an_option_beats_the_environment_which_beats_the_file(tmp_path: Path) ->
         "host": "127.0.0.1",  # an empty variable counts as unset
         "port": 5000,
         "allowed_host": (),
+        "opencode_username": None,
+        "opencode_password_file": None,
         "store": None,
     }
     manager = settings.manager

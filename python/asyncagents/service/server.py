@@ -23,7 +23,7 @@ from ..tasks import OpenCodeBackend, StoreError, TaskManager, default_store_path
 from .app import begin_drain, create_app
 from .connections import AbortableProtocol
 from .hosts import AllowedHosts, is_loopback
-from .settings import DEFAULT_HOST, DEFAULT_PORT, Settings, open_store
+from .settings import DEFAULT_HOST, DEFAULT_PORT, Settings, open_store, opencode_credentials
 
 #: the longest a stop waits for the calls in flight before it closes the manager anyway
 GRACEFUL_SECONDS = 30
@@ -34,7 +34,8 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_manager", "serve"]
 
 def build_manager(settings: Settings) -> TaskManager:
     """A `TaskManager` over the settings' OpenCode server and store, with their config."""
-    backend = OpenCodeBackend(settings.serve.opencode)
+    credentials = opencode_credentials(settings.serve)
+    backend = OpenCodeBackend(settings.serve.opencode, credentials=credentials)
     store = open_store(settings.serve.store, default_store_path())
     return TaskManager(backend, store, settings.manager)
 

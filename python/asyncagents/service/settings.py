@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from ..tasks.config import TaskManagerConfig
+from ..tasks.opencode import OpenCodeCredentials
 from ..tasks.store import SQLiteTaskStore, TaskStore
 
 ENV_PREFIX = "ASYNCAGENTS_"
@@ -62,6 +63,18 @@ class ServeSettings(BaseModel):
         description="also answer requests whose Host header is NAME or NAME:PORT (by default "
         "only the bound address, and localhost when it is loopback)",
         json_schema_extra={"metavar": "NAME"},
+    )
+    opencode_username: str | None = Field(
+        default=None,
+        description="OpenCode's server username (default: $OPENCODE_SERVER_USERNAME, else "
+        "opencode)",
+        json_schema_extra={"metavar": "NAME"},
+    )
+    opencode_password_file: Path | None = Field(
+        default=None,
+        description="a file holding OpenCode's server password (default: "
+        "$OPENCODE_SERVER_PASSWORD; the password itself is never an option)",
+        json_schema_extra={"metavar": "PATH"},
     )
     store: str | None = Field(
         default=None,
@@ -369,3 +382,15 @@ def settings_table() -> str:
         names = f"`{setting.name}`<br>`{option}`<br>`{setting.env}`"
         rows.append(f"| {names} | {' | '.join(words)} |")
     return "\n".join(rows) + "\n"
+
+
+def opencode_credentials(serve: ServeSettings) -> OpenCodeCredentials:
+    """OpenCode's credentials: the password file when given, else the environment (as
+    ``opencode serve`` reads it); ``opencode_username`` over ``$OPENCODE_SERVER_USERNAME``.
+    Raises `ValueError` for a password file that cannot be used."""
+    if serve.opencode_password_file is not None:
+        return OpenCodeCredentials.from_file(serve.opencode_password_file, serve.opencode_username)
+    found = OpenCodeCredentials.from_env() or OpenCodeCredentials()
+    if serve.opencode_username:
+        return OpenCodeCredentials(serve.opencode_username, found.password)
+    return found

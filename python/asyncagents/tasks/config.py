@@ -17,10 +17,12 @@ class TaskManagerConfig(BaseModel):
     """How a `TaskManager` works; frozen, so one value can be shared by many managers.
 
     Times are seconds. `backend_name` names the server the manager works for (default: the
-    backend's ``base_url``, or ``"inprocess"``): managers sharing a store only touch the tasks of
-    their own backend. `wake` says how a parent hears of its tasks: ``"each"`` wakes it with a
-    prompt its agent answers once per batch of notices, ``"all_done"`` once its last running task
-    has ended, ``"never"`` adds the notice without a reply (``noReply``).
+    backend's own `name`: an OpenCode server's URL, or for an `InProcessBackend` a name unique
+    to that object, as no other process can follow its sessions): managers sharing a store only
+    touch the tasks of their own backend, and adopt those of a dead manager of the same name.
+    `wake` says how a parent hears of its tasks: ``"each"`` wakes it with a prompt its agent
+    answers once per batch of notices, ``"all_done"`` once its last running task has ended,
+    ``"never"`` adds the notice without a reply (``noReply``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
