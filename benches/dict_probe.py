@@ -21,12 +21,14 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import ab  # noqa: E402
 import asyncagents._core  # noqa: E402
 from ab import load, one_call  # noqa: E402
 from asyncagents.config import ForkConfig  # noqa: E402
@@ -69,7 +71,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=SHAPES)
     parser.add_argument("--messages", nargs="+", type=int, default=[200, 2_000])
     parser.add_argument("--rounds", type=int, default=0, help="default: 200 under 1,000, else 40")
+    parser.add_argument(
+        "--cpu", action="store_true", help="the thread's CPU time, not wall time (a shared machine)"
+    )
     args = parser.parse_args(argv)
+    if args.cpu:
+        ab.CLOCK = time.thread_time
     cores = builds()
     config = ForkConfig()
     print(
