@@ -43,9 +43,9 @@ sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
 
 from asyncagents import build_fork_context  # noqa: E402
 from asyncagents.tasks import (  # noqa: E402
-    InMemoryTaskStore,
     OpenCodeBackend,
     PromptRequest,
+    SQLiteTaskStore,
     TaskManager,
     TaskManagerConfig,
     TaskStatus,
@@ -168,13 +168,14 @@ async def until(cond: Callable[[], Any], timeout: float = 300.0) -> None:
         await asyncio.sleep(0.002)
 
 
-async def launches(url: str, parent: str, count: int, fork: bool) -> list[Marks]:
-    """`count` launches one after another, each waited for until the child's turn ended."""
+async def launches(url: str, parent: str, count: int, fork: bool, store: Path) -> list[Marks]:
+    """`count` launches one after another, each waited for until the child's turn ended; the
+    tasks in a SQLite store at `store` (the default kind)."""
     backend = TimedBackend(url)
     builder = TimedBuilder()
     manager = TaskManager(
         backend,
-        InMemoryTaskStore(),
+        SQLiteTaskStore(store),
         TaskManagerConfig(notify_parent=False, wake="never"),
         fork_builder=builder,
     )
@@ -280,7 +281,9 @@ def main(argv: list[str] | None = None) -> None:
             f"imported {args.messages:,} `{args.shape}` messages in"
             f" {time.perf_counter() - started:.1f} s\n"
         )
-        forked = asyncio.run(launches(server.base_url, parent, args.launches, fork=True))
+        forked = asyncio.run(
+            launches(server.base_url, parent, args.launches, True, root / "forked.sqlite3")
+        )
         table = [stages(marks) for marks in forked]
         print(
             f"Forked launches from the {args.messages:,}-message parent"
@@ -302,10 +305,20 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {name.strip()} | {median:.1f} ms | {percentile(values, 0.9):.1f} ms | {share} |"
             )
         returned = [t["task() (creates the session)"] for t in table]
-        plain = asyncio.run(launches(server.base_url, parent, args.plain, fork=False))
+        plain = asyncio.run(
+            launches(server.base_url, parent, args.plain, False, root / "plain.sqlite3")
+        )
         plain_returned = [(m["returned"] - m["called"]) * 1e3 for m in plain]
+        own = [
+            (m["returned"] - m["called"] - (m["create_end"] - m["create_start"])) * 1e3
+            for m in [*forked, *plain]
+        ]
         print()
-        for label, values in (("forked", returned), ("plain", plain_returned)):
+        for label, values in (
+            ("forked", returned),
+            ("plain", plain_returned),
+            ("all, less the session creation (the manager's own part)", own),
+        ):
             print(
                 f"- `task()` {label}: median {statistics.median(values):.1f} ms,"
                 f" p99 {percentile(values, 0.99):.1f} ms, max {max(values):.1f} ms"
