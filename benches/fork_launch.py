@@ -17,7 +17,8 @@ byte, and what a read of only the newest messages (``?limit=N``, OpenCode's pagi
 
 The parent is imported with ``opencode import`` of an export document (``{info, messages}``)
 made from ``benches/generate.py``'s session; the few fields OpenCode's schema requires and the
-generator leaves out are filled in (`importable`).
+generator leaves out are filled in (`importable`). The older shape (`legacy`) cannot be
+imported: OpenCode 1.18 refuses its tool parts (no `callID`, no `state.status`).
 """
 
 from __future__ import annotations
