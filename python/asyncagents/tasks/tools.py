@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..plain import surrogate_free
 from .conversation import format_conversation
 from .errors import StoreError, TaskError
+from .markdown import code, code_label
 from .models import OutputResult, Task, TaskStatus, now_ms
 from .tool_args import (
     DEFAULT_OUTPUT_TIMEOUT_SECONDS,
@@ -142,20 +143,24 @@ def _ago(ms: int | None, now: int) -> str:
     return f"{max(0.0, (now - ms) / 1000):.0f}s ago"
 
 
+def _wait_call(task: Task) -> str:
+    """The blocking read of `task`, as code."""
+    return code(f'asyncagents_output(task_id="{task.id}", block=true)')
+
+
 def format_started(task: Task) -> str:
     """Reply to asyncagents_task (launch or resume)."""
     if task.resume_count > 0 and task.status is TaskStatus.RESUMED:
         return (
-            f"Follow-up sent to background task {task.label} ({task.agent}): {task.description}\n"
-            "Status: resumed. You will get a notice with its full response when it answers. "
-            f'To wait for it now, call asyncagents_output(task_id="{task.id}", block=true).'
+            f"Follow-up sent to background task {code_label(task)} ({task.agent}): "
+            f"{task.description}\nStatus: resumed. You will get a notice with its full response "
+            f"when it answers. To wait for it now, call {_wait_call(task)}."
         )
     return (
-        f"Background task started: {task.label}\nAgent: {task.agent}\n"
+        f"Background task started: {code_label(task)}\nAgent: {task.agent}\n"
         f"Description: {task.description}\nStatus: {task.status.value}\n"
         "You will get a notice in this session when it completes or fails; continue with "
-        f'other work meanwhile. To wait for it now, call asyncagents_output(task_id="{task.id}",'
-        " block=true)."
+        f"other work meanwhile. To wait for it now, call {_wait_call(task)}."
     )
 
 
@@ -163,7 +168,7 @@ def format_output(out: OutputResult) -> str:
     """Reply to asyncagents_output."""
     task = out.task
     now = now_ms()
-    head = f"Task {task.label} [{task.status.value}] {task.agent}: {task.description}"
+    head = f"Task {code_label(task)} [{task.status.value}] {task.agent}: {task.description}"
     if task.status.active:
         p = task.progress
         started = task.turn_started_at or task.created_at
@@ -200,7 +205,7 @@ def format_list(tasks: list[Task]) -> str:
         return EMPTY_LIST
     lines = ["Background tasks (newest first):"]
     for task in tasks:
-        lines.append(f"- {task.label} [{task.status.value}] {task.agent}: {task.description}")
+        lines.append(f"- {code_label(task)} [{task.status.value}] {task.agent}: {task.description}")
     return "\n".join(lines)
 
 
@@ -208,10 +213,11 @@ def format_cancelled(task: Task) -> str:
     """Reply to asyncagents_cancel (a cancelled follow-up leaves the task completed)."""
     if task.status is TaskStatus.COMPLETED:
         return (
-            f"Cancelled the follow-up of background task {task.label}: {task.description}\n"
+            f"Cancelled the follow-up of background task {code_label(task)}: "
+            f"{task.description}\n"
             "It is completed again with its previous result."
         )
-    return f"Cancelled background task {task.label}: {task.description}"
+    return f"Cancelled background task {code_label(task)}: {task.description}"
 
 
 def format_cleared(tasks: list[Task]) -> str:
