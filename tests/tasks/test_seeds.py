@@ -19,7 +19,7 @@ from asyncagents.tasks.transitions import (
     FOLLOWUP_CANCELLED,
     cancelled,
     finished,
-    fork_stats,
+    fork_prepared,
     resumed,
     started,
 )
@@ -133,7 +133,7 @@ async def test_listeners_see_every_stored_change(
     task = await manager.task(parent, "[tool][hold] first", "explore", "watched")
     # the tool call's event is seen while the turn runs: once it has ended (a check may
     # prove that from the messages before the event stream is read), there is no run to show
-    await until(lambda: len(seen) == 3)
+    await until(lambda: len(seen) == 4)
     script.release.set()
     await manager.output(task.id, block=True, timeout=5)
     script.release.clear()
@@ -145,14 +145,17 @@ async def test_listeners_see_every_stored_change(
     manager.remove_listener(listener)  # twice: nothing
     await manager.task(parent, "unseen", "explore", "after removal")
     t, run, done, resumed = task.id, TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.RESUMED
+    queued = TaskStatus.QUEUED
     assert seen == [
-        ("task.created", t, run),
+        ("task.created", t, queued),
+        ("task.updated", t, run),  # admitted
         ("task.updated", t, run),  # the prompt was accepted
         ("task.updated", t, run),  # a tool call seen
         ("task.completed", t, done),
         ("task.updated", t, done),  # the result was read
-        ("task.resumed", t, resumed),
-        ("task.updated", t, resumed),
+        ("task.resumed", t, queued),  # the follow-up is queued
+        ("task.updated", t, resumed),  # admitted
+        ("task.updated", t, resumed),  # its prompt was accepted
         ("task.cancelled", t, done),  # a cancelled follow-up: completed again
         ("task.cleared", t, done),
     ]
@@ -197,9 +200,10 @@ def test_every_change_moves_updated_at_forward_even_behind_the_last_writers_cloc
         updated_at=ahead,
     )  # fmt: skip
     done = running.model_copy(update={"status": TaskStatus.COMPLETED})
+    forking = running.model_copy(update={"status": TaskStatus.QUEUED, "fork_pending": True})
     for mutation, task in [
         (started(1, None), running),
-        (fork_stats(1, {"kept": 1}), running),
+        (fork_prepared("msg_1", {"kept": 1}), forking),
         (finished(1, TaskStatus.COMPLETED, text="ok"), running),
         (cancelled(), running),
         (resumed("again", None, "owner"), done),

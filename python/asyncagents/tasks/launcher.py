@@ -1,8 +1,11 @@
-"""`Launcher`: starts the turns of tasks in the background: fork context, injection, prompt.
+"""`Launcher`: the background part of starting tasks: a fork's context, and each turn's prompt.
 
-The child session is created (and the task stored) by the manager's `task` call; everything
-slow runs here. A failure at any step ends the turn in ``error`` with the step and the reason
-(a failed follow-up returns the task to ``completed``), and the parent is told.
+The child session is created (and the task stored, queued) by the manager's `task` call. A
+forked task's context is built from the parent's messages right after that call and injected
+into the child session at once (`prepare_fork`: the child carries the parent's context as it
+was when the task was asked for); the prompt is sent when the task is admitted (`launch`). A
+failure at any step ends the turn in ``error`` with the step and the reason (a failed follow-up
+returns the task to ``completed``), and the parent is told.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from .recorder import Recorder
 from .registry import Run
 from .store import TaskStore
 from .tools import disabled_tools
-from .transitions import fork_stats, started
+from .transitions import fork_prepared, started
 from .watcher import Watcher, abort_quietly
 
 log = logging.getLogger(__name__)
@@ -74,23 +77,34 @@ class Launcher:
         self._fork_builder = fork_builder
 
     def request(self, task: Task, text: str) -> PromptRequest:
-        """A prompt to the child: its agent, the configured model, the task tools switched off."""
+        """A prompt to the child: its agent, the configured model, and the task tools switched
+        off unless the child may start tasks of its own (its depth is below ``max_depth``)."""
+        tools = disabled_tools() if task.depth >= self._config.max_depth else {}
         return PromptRequest(
-            text=text, agent=task.agent or None, tools=disabled_tools(), model=self._config.model
+            text=text, agent=task.agent or None, tools=tools, model=self._config.model
         )
 
-    async def launch(self, task: Task, run: Run) -> None:
-        """Fork context (when asked), then the prompt; any failure ends the task in error."""
+    async def prepare_fork(self, task: Task) -> bool:
+        """Build a queued forked task's context and inject it into its session; record that it
+        may start. False if that failed (the task then ended in error) or was not needed.
+
+        Also run by a manager that took the task over from one that died before recording it:
+        a message already in the fresh child session is that injection, and is not sent again.
+        """
         assert task.session_id is not None
-        step = "launch"
+        step = "fork: reading the child's messages"
         try:
-            after: str | None = None
-            if task.is_forked:
+            existing = await self._backend.messages(task.session_id, limit=1)
+            stats: dict[str, Any] | None = None
+            if existing:
+                after: str | None = str(existing[-1]["info"]["id"])
+            else:
                 step = "fork: reading the parent's messages"
                 raw = await self._backend.messages_raw(task.parent_session_id)
                 step = "fork: building the context"
                 ctx = await asyncio.to_thread(self._fork_builder, raw)
                 stats = _stats_dict(ctx.stats)
+                after = None
                 if ctx.text:
                     step = "fork: injecting the context"
                     injected = await self._backend.prompt(
@@ -98,17 +112,36 @@ class Launcher:
                         self.request(task, ctx.text).model_copy(update={"no_reply": True}),
                     )
                     after = str(injected["info"]["id"])
-                await self._recorder.apply(
-                    task.id, fork_stats(task.turn, stats), "task.updated", background=True
-                )
-            step = "sending the prompt"
-            await self.start_turn(task, run, task.prompt, after)
+            step = "fork: recording the context"
+            out = await self._recorder.apply(
+                task.id, fork_prepared(after, stats), "task.updated", background=True
+            )
+            return out is not None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("task %s failed at %s: %s", task.id, step, exc)
             await self._watcher.finish(
                 task.id, task.turn, TaskStatus.ERROR, error=f"{step} failed: {exc}"
+            )
+            return False
+
+    async def launch(self, task: Task, run: Run) -> None:
+        """Send an admitted turn's prompt; a failure ends the task in error (a follow-up:
+        completed again, with the reason)."""
+        assert task.session_id is not None
+        prompt = task.last_prompt or task.prompt
+        if task.resume_count > 0:
+            await self.resume(task, run, prompt, task.turn_after_message_id)
+            return
+        try:
+            await self.start_turn(task, run, prompt, task.turn_after_message_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("task %s failed at sending the prompt: %s", task.id, exc)
+            await self._watcher.finish(
+                task.id, task.turn, TaskStatus.ERROR, error=f"sending the prompt failed: {exc}"
             )
 
     async def resume(self, task: Task, run: Run, prompt: str, after: str | None) -> None:

@@ -6,15 +6,18 @@ its named parts, each in its own module:
 - `transitions`: every state change as a pure compare-and-set `Mutation`;
 - `recorder.Recorder`: applies them, tells listeners, wakes waiters, queues notices;
 - `registry.RunRegistry`: the turns this manager follows now (one `Run` each);
-- `launcher.Launcher`: fork context, injection and prompt, in the background;
+- `admitter.Admitter`: starts queued tasks when the caps let them (`admission` decides which);
+- `launcher.Launcher`: fork context and injection when asked, prompt when admitted;
 - `watcher.Watcher`: events, completion checks, stall detection, periodic reconciliation;
 - `notices.NoticeCourier`: claims and delivers the parents' notices, exactly once;
 - `ownership.LeaseKeeper`: this manager's lease, and takeovers of dead managers' tasks.
 
 Every public call returns at once (except ``output(block=True)``); runs go on in the server.
+A new task (and a follow-up) is queued, and starts as soon as every cap of the config allows
+(`max_running` and the others, counted over every manager of the backend); most start at once.
 Managers sharing a store work side by side: each works for one backend (`backend_name`) and
-never touches another backend's tasks; a task is followed by the manager that launched (or last
-resumed, or took over) it; any manager of the backend may read, cancel, clear or resume it.
+never touches another backend's tasks; a task is followed by the manager that admitted (or took
+over) it; any manager of the backend may admit, read, cancel, clear or resume it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import logging
 import os
 from pathlib import Path
 
+from .admission import Caps, QueuePlace, place_of
+from .admitter import Admitter
 from .backend import JSON, SessionBackend
 from .config import TaskManagerConfig
 from .errors import (
@@ -35,6 +40,8 @@ from .errors import (
     SessionNotFoundError,
     StoreError,
     TaskBeingResumedError,
+    TaskDepthError,
+    TaskError,
     TaskNotCompletedError,
     TaskNotFoundError,
     TaskNotRunningError,
@@ -43,12 +50,12 @@ from .errors import (
 from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
-from .models import OutputResult, Task, TaskStatus, new_id
+from .models import OutputResult, Task, TaskChange, TaskStatus, new_id
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
 from .registry import RunRegistry
-from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
+from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import cancelled, resumed, retrieved, started
 from .watcher import STALLED, Watcher, abort_quietly
@@ -69,6 +76,8 @@ NOT_STARTED = (
     "The task manager restarted before this task's prompt was sent; start it again with "
     "asyncagents_task."
 )
+#: changes after which a queued task may start: a turn ended, or tasks were cleared
+_SLOT_FREEING = frozenset({"task.completed", "task.error", "task.cancelled", "task.cleared"})
 #: how many candidates an ambiguous id prefix names
 PREFIX_CANDIDATES = 5
 
@@ -149,6 +158,15 @@ class TaskManager:
             self.config,
             fork_builder or default_fork_builder,
         )
+        self.admitter = Admitter(
+            self.store,
+            Caps.from_config(self.config),
+            backend_name=self.backend_name,
+            owner=self.instance_id,
+            interval=self.config.admission_interval,
+            on_admitted=self._admitted,
+        )
+        self.recorder.add_listener(self._on_change)
         self.leases = LeaseKeeper(
             self.store,
             owner=self.instance_id,
@@ -190,6 +208,7 @@ class TaskManager:
                 await self.jobs.cancel_all()
                 raise
             self.courier.start()
+            self.admitter.start()
             self.watcher.reconcile()
 
     async def close(self) -> None:
@@ -199,6 +218,7 @@ class TaskManager:
             if not self._started:
                 return
             self._started = False
+            await self.admitter.stop()
             await self.leases.stop(drop_lease=False)
             await self.watcher.stop()
             await self.courier.stop()
@@ -240,10 +260,14 @@ class TaskManager:
     ) -> Task:
         """Launch a task (or resume one, by id or unique id prefix) and return it at once.
 
-        The child session is created and the task stored here (a down server raises a
-        `BackendError`, a failing store a `StoreError`, and nothing is left behind); the fork
-        context, the injection and the prompt run in the background. A failure there ends the
-        task in ``error`` with the reason, and the parent is told.
+        The child session is created and the task stored, queued, here (a down server raises a
+        `BackendError`, a failing store a `StoreError`, and nothing is left behind), then
+        admitted at once if every cap allows: the task returned is ``running``, or ``queued``
+        (`queue_place` says where). A forked task's context is built and injected in the
+        background right away, and it is admitted once that is done. The prompt is sent in the
+        background. A failure there ends the task in ``error`` with the reason, and the parent
+        is told. A parent with ``max_queued_per_parent`` tasks queued gets `QueueFullError`; a
+        session ``max_depth`` deep in a tree of tasks gets `TaskDepthError`.
         """
         await self.start()
         if fork and resume:
@@ -255,6 +279,7 @@ class TaskManager:
         if not agent:
             raise TaskRequestError("agent is required for a new task.")
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
+        depth, root = await self._depth_of(parent_session_id)
         session = await self.backend.create_session(
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
         )
@@ -270,22 +295,28 @@ class TaskManager:
             is_forked=fork,
             backend=self.backend_name,
             owner=self.instance_id,
+            status=TaskStatus.QUEUED,
+            fork_pending=fork,
+            model=self.config.model_key,
+            depth=depth,
+            root_session_id=root,
         )
         try:
-            await self.store.insert(task)
+            await self.store.insert(task, max_queued=self.config.max_queued_per_parent)
         except BaseException as exc:
             # no task to follow it: the session would be left behind
             try:
                 await self.backend.delete_session(session_id)
             except BackendError as cleanup:
                 log.warning("could not delete session %s: %s", session_id, cleanup)
-            if isinstance(exc, StoreError) or not isinstance(exc, Exception):
+            if isinstance(exc, TaskError) or not isinstance(exc, Exception):
                 raise
             raise StoreError(f"storing the new task failed: {exc}") from exc
         self.recorder.changed(task, "task.created")
-        run = self.watcher.follow(task)
-        self.jobs.spawn(self.launcher.launch(task, run))
-        return task
+        if fork:
+            self.jobs.spawn(self._prepare_fork(task))
+            return task
+        return await self._admit_at_once(task)
 
     async def output(
         self,
@@ -303,7 +334,7 @@ class TaskManager:
         task = await self._resolve(task_id, parent_session_id)
         waited = 0.0
         timed_out = False
-        if block and task.status.active:
+        if block and task.status.pending:
             loop = asyncio.get_running_loop()
             begin = loop.time()
             timed_out = not await self.recorder.wait_ended(task.id, timeout)
@@ -366,7 +397,8 @@ class TaskManager:
         )
 
     async def cancel(self, task_id: str, parent_session_id: str | None = None) -> Task:
-        """Cancel a running (or resumed) task: mark it cancelled, then abort its session.
+        """Cancel a queued or running (or resumed) task: mark it cancelled, then abort its
+        session if its turn was admitted (a queued one was never sent a prompt).
 
         A cancelled follow-up returns the task to ``completed`` with its last result.
         """
@@ -377,7 +409,7 @@ class TaskManager:
             current = await self.store.get(task.id)
             raise TaskNotRunningError(task.id, (current or task).status.value)
         task = out[0]
-        if task.session_id:
+        if task.session_id and task.admitted_at is not None:
             await abort_quietly(self.backend, task.session_id)
         return task
 
@@ -402,6 +434,20 @@ class TaskManager:
     def reconcile(self) -> None:
         """Schedule a check of every followed task now (also done periodically)."""
         self.watcher.reconcile()
+
+    async def queue_place(self, task_id: str) -> QueuePlace | None:
+        """Where a queued task stands (its place, what runs, the caps that hold it back);
+        None when it is not queued."""
+        view = await self.store.queue_view(self.backend_name)
+        return place_of(task_id, view.entries, view.last_admitted, self.admitter.caps)
+
+    async def tree(self, task_id: str, parent_session_id: str | None = None) -> builtins.list[Task]:
+        """A task's descendants: the tasks its child started, theirs, and so on (oldest first)."""
+        await self.start()
+        task = await self._resolve(task_id, parent_session_id)
+        if not task.session_id:
+            return []
+        return await self.store.descendants(task.session_id)
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
         """Wait until no background job (launch, check) is in flight (for tests)."""
@@ -430,7 +476,7 @@ class TaskManager:
 
     async def _resume(self, parent_session_id: str, task_id: str, prompt: str) -> Task:
         task = await self._resolve(task_id, parent_session_id)
-        if task.status is TaskStatus.RESUMED:
+        if _being_resumed(task):
             raise TaskBeingResumedError(task.id)
         if task.status is not TaskStatus.COMPLETED:
             raise TaskNotCompletedError(task.id, task.status.value)
@@ -447,17 +493,59 @@ class TaskManager:
         )
         if out is None:
             current = await self._resolve(task.id, parent_session_id)
-            if current.status is TaskStatus.RESUMED:
+            if _being_resumed(current):
                 raise TaskBeingResumedError(task.id)
             raise TaskNotCompletedError(task.id, current.status.value)
-        task = out[0]
-        run = self.watcher.follow(task)
-        self.jobs.spawn(self.launcher.resume(task, run, prompt, after))
+        return await self._admit_at_once(out[0])
+
+    # -- queue --------------------------------------------------------------------------------
+
+    async def _depth_of(self, parent_session_id: str) -> tuple[int, str]:
+        """The depth and the root of a new task of `parent_session_id`; `TaskDepthError` if
+        that session may not start tasks (it is a task's child ``max_depth`` deep)."""
+        parent_task = await self.store.find_by_session(parent_session_id)
+        if parent_task is None or parent_task.backend != self.backend_name:
+            return 1, parent_session_id
+        if parent_task.depth >= self.config.max_depth:
+            raise TaskDepthError(parent_task.depth, self.config.max_depth)
+        return parent_task.depth + 1, parent_task.root_session_id
+
+    async def _admit_at_once(self, task: Task) -> Task:
+        """Admit what the caps allow now; `task` as it is after that (running, or queued)."""
+        try:
+            for admitted in await self.admitter.admit_now():
+                if admitted.id == task.id:
+                    return admitted
+        except StoreError as exc:
+            # it is stored and queued: the admitter's next pass starts it
+            log.warning("admission after queueing %s failed (retried): %s", task.id, exc)
+            self.admitter.poke()
         return task
 
-    async def _adopt(self, tasks: builtins.list[Task]) -> None:
-        """Follow tasks taken over from a dead (or closed) manager."""
+    async def _prepare_fork(self, task: Task) -> None:
+        if await self.launcher.prepare_fork(task):
+            self.admitter.poke()
+
+    def _admitted(self, tasks: builtins.list[Task]) -> None:
+        """Follow the tasks this manager admitted, and send their prompts."""
         for task in tasks:
+            self.recorder.changed(task, "task.updated")
+            run = self.watcher.follow(task)
+            self.jobs.spawn(self.launcher.launch(task, run))
+
+    def _on_change(self, change: TaskChange) -> None:
+        """A task that ended, was cancelled or cleared frees a slot; a queued one may start."""
+        if change.kind in _SLOT_FREEING:
+            self.admitter.poke()
+
+    async def _adopt(self, tasks: builtins.list[Task]) -> None:
+        """Follow tasks taken over from a dead (or closed) manager; prepare the forks of
+        queued ones that it had not prepared (the queue admits them, whoever owns them)."""
+        for task in tasks:
+            if task.status is TaskStatus.QUEUED:
+                if task.fork_pending:
+                    self.jobs.spawn(self._prepare_fork(task))
+                continue
             if task.session_id is not None and task.turn_started_at is None:
                 task = await self._started_unrecorded(task) or task
             if task.session_id is None or task.turn_started_at is None:
@@ -465,6 +553,7 @@ class TaskManager:
                 await self.watcher.finish(task.id, task.turn, TaskStatus.ERROR, error=NOT_STARTED)
                 continue
             self.watcher.follow(task)
+        self.admitter.poke()
 
     async def _started_unrecorded(self, task: Task) -> Task | None:
         """The task, recorded as started, if its turn's prompt is in the child's messages (its
@@ -492,8 +581,9 @@ class TaskManager:
         return None
 
     async def _running_tasks(self, parent_session_id: str) -> int:
+        """The parent's tasks still to end: running, or queued."""
         tasks = await self.store.list_tasks(
-            parent_session_id, ACTIVE_STATUSES, backend=self.backend_name
+            parent_session_id, PENDING_STATUSES, backend=self.backend_name
         )
         return len(tasks)
 
@@ -515,3 +605,8 @@ class TaskManager:
             await self.watcher.session_gone(run)
         if await self.store.list_tasks(session_id, backend=self.backend_name):
             await self.clear(session_id)
+
+
+def _being_resumed(task: Task) -> bool:
+    """A follow-up of the task is queued or running."""
+    return task.resume_count > 0 and task.status in (TaskStatus.QUEUED, TaskStatus.RESUMED)

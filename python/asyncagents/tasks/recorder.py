@@ -137,7 +137,8 @@ class Recorder:
         self._changed = asyncio.Event()
 
     async def wait_ended(self, task_id: str, timeout: float) -> bool:
-        """True when the task's current turn ended (or it is gone) within `timeout` s.
+        """True when the task's current turn (queued or running) ended (or it is gone) within
+        `timeout` s.
 
         Changes made here wake the wait at once; changes made by another manager (a takeover
         owner, a cancel from another worker) are seen at the next re-read, every poll interval.
@@ -151,7 +152,7 @@ class Recorder:
         while True:
             changed = self._changed  # taken before the read: no change is missed
             current = await self.store.get(task_id)
-            if current is None or current.turn != turn or not current.status.active:
+            if current is None or current.turn != turn or not current.status.pending:
                 return True
             left = end - loop.time()
             if left <= 0:
