@@ -156,7 +156,7 @@ async def test_queue_view_lists_queued_and_running_with_last_admissions(
     await store.insert(queued("tsk_q", "ses_a", created_at=1, agent="build", model="p/m"))
     await store.insert(queued("tsk_f", "ses_b", created_at=2, fork_pending=True))
     await store.insert(make_task("tsk_done", status=COMPLETED, created_at=3))
-    [admitted] = await store.admit("b1", Caps(max_running=5), "m")
+    [_admitted] = await store.admit("b1", Caps(max_running=5), "m")
     view = await store.queue_view("b1")
     assert {(e.id, e.parent, e.agent, e.model, e.running, e.ready) for e in view.entries} == {
         ("tsk_q", "ses_a", "build", "p/m", True, True),
