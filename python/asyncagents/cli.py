@@ -78,6 +78,75 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         help="how a parent hears of its ended tasks: woken by each notice (default), once all "
         "its tasks are done, or never (the notice is added without a reply)",
     )
+    _limit_options(serve)
+
+
+#: ``asyncagents serve`` options of the admission queue: the `TaskManagerConfig` fields they set
+_LIMIT_NUMBERS = ("max_running", "max_running_per_parent", "max_queued_per_parent", "max_depth")
+_LIMIT_MAPS = {"max_running_per_agent": "AGENT=N", "max_running_per_model": "PROVIDER/MODEL=N"}
+
+
+def _option(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _limit_options(serve: argparse.ArgumentParser) -> None:
+    """One option per cap, named as its config field; the help is the field's description."""
+    from .tasks.config import TaskManagerConfig
+
+    fields = TaskManagerConfig.model_fields
+    limits = serve.add_argument_group("limits (docs/limits.md)")
+    for name in _LIMIT_NUMBERS:
+        default = fields[name].default
+        limits.add_argument(
+            _option(name),
+            type=int,
+            metavar="N",
+            help=f"{fields[name].description} (default {default if default else 'none'})",
+        )
+    for name, metavar in _LIMIT_MAPS.items():
+        limits.add_argument(
+            _option(name),
+            action="append",
+            default=[],
+            metavar=metavar,
+            help=f"{fields[name].description} Repeatable.",
+        )
+
+
+def _limits(args: argparse.Namespace) -> dict[str, object]:
+    """The caps given on the command line, validated as `TaskManagerConfig` fields; a
+    `ValueError` names the option and the problem."""
+    from pydantic import ValidationError
+
+    from .tasks.config import TaskManagerConfig
+
+    out: dict[str, object] = {}
+    for name in _LIMIT_NUMBERS:
+        value = getattr(args, name)
+        if value is not None:
+            out[name] = value
+    for name in _LIMIT_MAPS:
+        caps: dict[str, int] = {}
+        for item in getattr(args, name):
+            key, sep, count = str(item).rpartition("=")
+            try:
+                caps[key] = int(count)
+            except ValueError:
+                key = ""
+            if not sep or not key:
+                raise ValueError(
+                    f"{_option(name)} {item!r}: give {_LIMIT_MAPS[name]}, a name and a number"
+                ) from None
+        if caps:
+            out[name] = caps
+    try:
+        TaskManagerConfig.model_validate(out)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = _option(str(err["loc"][0])) if err["loc"] else "limits"
+        raise ValueError(f"{where}: {err['msg']}") from None
+    return out
 
 
 def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -115,6 +184,11 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"asyncagents serve: {problem}", file=sys.stderr)
         return 2
+    try:
+        limits = _limits(args)
+    except ValueError as exc:
+        print(f"asyncagents serve: {exc}", file=sys.stderr)
+        return 2
     path = default_token_path()
     try:
         token, created = load_or_create_token(path)
@@ -131,6 +205,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         store_path=args.store,
         wake=args.wake,
+        limits=limits,
     )
     return serve(options, token)
 

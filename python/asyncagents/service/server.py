@@ -13,8 +13,8 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +47,16 @@ class ServeOptions:
     port: int = DEFAULT_PORT
     store_path: Path | None = None
     wake: WakeMode = "each"
+    #: `TaskManagerConfig` fields of the admission queue (``max_running``...), as given
+    limits: Mapping[str, object] = field(default_factory=dict)
 
 
 def build_manager(options: ServeOptions) -> TaskManager:
     """A `TaskManager` over the OpenCode server at `options.opencode_url`, SQLite store."""
     backend = OpenCodeBackend(options.opencode_url)
     store = SQLiteTaskStore(options.store_path or default_store_path())
-    return TaskManager(backend, store, TaskManagerConfig(wake=options.wake))
+    config = TaskManagerConfig.model_validate({**options.limits, "wake": options.wake})
+    return TaskManager(backend, store, config)
 
 
 class _Server(uvicorn.Server):

@@ -71,7 +71,7 @@ class TaskManagerConfig(BaseModel):
     )
     max_running_per_agent: dict[str, int] = Field(
         default_factory=dict,
-        description='Most tasks running at once per agent name, e.g. {"build": 2}.',
+        description="Most tasks running at once per agent, by agent name.",
     )
     max_running_per_model: dict[str, int] = Field(
         default_factory=dict,
