@@ -44,8 +44,8 @@ def test_every_limit_option_maps_to_its_config_field() -> None:
         (["--max-running", "0"], "--max-running: Input should be greater than or equal to 1"),
         (["--max-depth", "0"], "--max-depth: Input should be greater than or equal to 1"),
         (
-            ["--max-queued-per-parent", "-1"],
-            "--max-queued-per-parent: Input should be greater than or equal to 0",
+            ["--max-queued-per-parent", "0"],
+            "--max-queued-per-parent: Input should be greater than or equal to 1",
         ),
         (
             ["--max-running-per-agent", "build"],

@@ -1,6 +1,6 @@
 """The admission part of the `TaskStore` contract, on every store (memory, SQLite, PostgreSQL):
-`admit` keeps every cap, in fair order, atomically across handles; `insert` keeps
-`max_queued`; queued tasks are taken over; `descendants` walks a tree of tasks."""
+`admit` keeps every cap, in fair order, atomically across handles; `delete_queued` removes only
+a task still queued; queued tasks are taken over; `descendants` walks a tree of tasks."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING
 
-import pytest
 from asyncagents.tasks.admission import Caps
-from asyncagents.tasks.errors import QueueFullError
 from asyncagents.tasks.models import Task, TaskStatus
 from asyncagents.tasks.store import TaskStore
 from store_records import make_task
@@ -194,31 +192,16 @@ async def test_concurrent_admits_on_many_handles_never_exceed_a_cap_or_admit_twi
     assert len(admitted) == 60
 
 
-async def test_insert_refuses_past_max_queued_per_parent(store: TaskStore) -> None:
-    await insert_all(store, [queued(f"tsk_a{i}", "ses_a", created_at=i) for i in range(2)])
-    await store.insert(queued("tsk_b0", "ses_b", created_at=5), max_queued=2)
-    with pytest.raises(QueueFullError) as err:
-        await store.insert(queued("tsk_a2", "ses_a", created_at=9), max_queued=2)
-    assert (err.value.queued, err.value.cap) == (2, 2)
-    assert await store.get("tsk_a2") is None
-    # a running task is not queued: starting one makes room
+async def test_delete_queued_removes_only_a_task_still_queued(store: TaskStore) -> None:
+    await insert_all(store, [queued(f"tsk_q{i}", created_at=i) for i in range(2)])
     await store.admit("b1", Caps(max_running=1), "m")
-    await store.insert(queued("tsk_a2", "ses_a", created_at=9), max_queued=2)
-
-
-async def test_concurrent_inserts_never_pass_max_queued(open_store: OpenStore) -> None:
-    stores = [await open_store() for _ in range(3)]
-
-    async def one(i: int) -> bool:
-        try:
-            await stores[i % 3].insert(queued(f"tsk_{i:02d}", created_at=i), max_queued=5)
-        except QueueFullError:
-            return False
-        return True
-
-    results = await asyncio.gather(*(one(i) for i in range(24)))
-    assert sum(results) == 5
-    assert len(await stores[0].list_tasks(statuses=(QUEUED,))) == 5
+    assert await store.delete_queued("tsk_q0") is None  # admitted meanwhile: it stays
+    assert (await store.get("tsk_q0")) is not None
+    gone = await store.delete_queued("tsk_q1")
+    assert gone is not None and gone.id == "tsk_q1"
+    assert await store.get("tsk_q1") is None
+    assert await store.delete_queued("tsk_q1") is None
+    assert [e.id for e in (await store.queue_view("b1")).entries] == ["tsk_q0"]
 
 
 async def test_take_over_hands_on_queued_tasks_of_a_dead_owner(store: TaskStore) -> None:

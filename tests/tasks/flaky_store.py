@@ -26,10 +26,10 @@ class FlakyStore(InMemoryTaskStore):
         self.failed += 1
         return True
 
-    async def insert(self, task: Task, *, max_queued: int | None = None) -> None:
+    async def insert(self, task: Task) -> None:
         if self._fails("fail_inserts"):
             raise StoreError("memory store: insert failed (test knob: disk full)")
-        await super().insert(task, max_queued=max_queued)
+        await super().insert(task)
 
     async def update(self, task_id: str, mutate: Mutation) -> tuple[Task, Notice | None] | None:
         if self._fails("fail_updates"):

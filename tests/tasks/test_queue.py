@@ -148,7 +148,7 @@ async def test_max_running_queues_the_rest_with_its_place_and_runs_them_in_order
         # a queued task's session was never sent a prompt
         assert [
             sid for sid, _ in backend.prompts if sid == (await store.get(ids[2])).session_id
-        ] == []  # type: ignore[union-attr]  # noqa: E501
+        ] == []  # type: ignore[union-attr]
         for i in range(4):
             gates.open(f"g{i}")
         for task_id in ids:

@@ -80,7 +80,7 @@ class TaskManagerConfig(BaseModel):
     )
     max_queued_per_parent: int = Field(
         default=DEFAULT_MAX_QUEUED_PER_PARENT,
-        ge=0,
+        ge=1,
         description="Most tasks of one parent session waiting in the queue; past it "
         "asyncagents_task refuses.",
     )

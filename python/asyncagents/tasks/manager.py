@@ -36,12 +36,12 @@ from .errors import (
     AmbiguousTaskIdError,
     BackendError,
     ForkResumeConflictError,
+    QueueFullError,
     SessionExpiredError,
     SessionNotFoundError,
     StoreError,
     TaskBeingResumedError,
     TaskDepthError,
-    TaskError,
     TaskNotCompletedError,
     TaskNotFoundError,
     TaskNotRunningError,
@@ -302,16 +302,14 @@ class TaskManager:
             root_session_id=root,
         )
         try:
-            await self.store.insert(task, max_queued=self.config.max_queued_per_parent)
+            await self.store.insert(task)
         except BaseException as exc:
             # no task to follow it: the session would be left behind
-            try:
-                await self.backend.delete_session(session_id)
-            except BackendError as cleanup:
-                log.warning("could not delete session %s: %s", session_id, cleanup)
-            if isinstance(exc, TaskError) or not isinstance(exc, Exception):
+            await self._drop_session(session_id)
+            if isinstance(exc, StoreError) or not isinstance(exc, Exception):
                 raise
             raise StoreError(f"storing the new task failed: {exc}") from exc
+        await self._keep_queue_bound(task)
         self.recorder.changed(task, "task.created")
         if fork:
             self.jobs.spawn(self._prepare_fork(task))
@@ -509,6 +507,34 @@ class TaskManager:
         if parent_task.depth >= self.config.max_depth:
             raise TaskDepthError(parent_task.depth, self.config.max_depth)
         return parent_task.depth + 1, parent_task.root_session_id
+
+    async def _keep_queue_bound(self, task: Task) -> None:
+        """`QueueFullError` (and the new task and its session gone) when its parent has
+        ``max_queued_per_parent`` tasks waiting before it.
+
+        Checked after the insert, by its place in its parent's queue: of tasks stored at once,
+        exactly those past the bound go, whichever manager stored them. A task admitted in the
+        meantime stays (it no longer waits).
+        """
+        view = await self.store.queue_view(self.backend_name)
+        mine = (task.created_at, task.id)
+        place = sum(
+            1
+            for e in view.entries
+            if e.parent == task.parent_session_id and not e.running and (e.created_at, e.id) < mine
+        )
+        cap = self.config.max_queued_per_parent
+        if place < cap or await self.store.delete_queued(task.id) is None:
+            return
+        if task.session_id:
+            await self._drop_session(task.session_id)
+        raise QueueFullError(place, cap)
+
+    async def _drop_session(self, session_id: str) -> None:
+        try:
+            await self.backend.delete_session(session_id)
+        except BackendError as cleanup:
+            log.warning("could not delete session %s: %s", session_id, cleanup)
 
     async def _admit_at_once(self, task: Task) -> Task:
         """Admit what the caps allow now; `task` as it is after that (running, or queued)."""

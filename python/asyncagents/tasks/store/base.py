@@ -62,12 +62,8 @@ class TaskStore(Protocol):
     async def close(self) -> None:
         """Release connections and threads; the store can be opened again."""
 
-    async def insert(self, task: Task, *, max_queued: int | None = None) -> None:
-        """Store a new task; `StoreError` if it cannot be written (or its id exists).
-
-        With `max_queued`, a queued task is stored only while its parent has fewer queued tasks
-        on its backend (checked in the same transaction); else `QueueFullError`.
-        """
+    async def insert(self, task: Task) -> None:
+        """Store a new task; `StoreError` if it cannot be written (or its id exists)."""
 
     async def get(self, task_id: str) -> Task | None:
         """The task, or None."""
@@ -127,6 +123,10 @@ class TaskStore(Protocol):
         as their owner and `admitted_at` now, and remember each parent's turn. Returns them in
         the order they were admitted.
         """
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        """Remove a task (and its notices) only while it is queued; the task, or None if it is
+        gone or no longer queued (admitted meanwhile: it stays)."""
 
     async def descendants(self, session_id: str) -> list[Task]:
         """Every task under `session_id`: its tasks, their child sessions' tasks, and so on

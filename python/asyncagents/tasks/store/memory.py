@@ -11,7 +11,7 @@ import threading
 from collections.abc import Collection
 
 from ..admission import Caps, Entry, admitted, plan, turn_keys
-from ..errors import QueueFullError, StoreError
+from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import seconds_to_ms as _ms
@@ -34,20 +34,10 @@ class InMemoryTaskStore:
     async def close(self) -> None:
         return None
 
-    async def insert(self, task: Task, *, max_queued: int | None = None) -> None:
+    async def insert(self, task: Task) -> None:
         with self._lock:
             if task.id in self._tasks:
                 raise StoreError(f"Cannot insert task {task.id} in memory: the id exists")
-            if max_queued is not None and task.status is TaskStatus.QUEUED:
-                queued = sum(
-                    1
-                    for t in self._tasks.values()
-                    if t.backend == task.backend
-                    and t.parent_session_id == task.parent_session_id
-                    and t.status is TaskStatus.QUEUED
-                )
-                if queued >= max_queued:
-                    raise QueueFullError(queued, max_queued)
             self._tasks[task.id] = task.model_copy(deep=True)
 
     async def get(self, task_id: str) -> Task | None:
@@ -192,6 +182,17 @@ class InMemoryTaskStore:
                 self._turns[(backend, entry.parent)] = key
                 out.append(changed)
             return out
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.status is not TaskStatus.QUEUED:
+                return None
+            del self._tasks[task_id]
+            for notice in list(self._notices.values()):
+                if notice.task_id == task_id:
+                    del self._notices[notice.id]
+            return task
 
     async def descendants(self, session_id: str) -> list[Task]:
         with self._lock:

@@ -33,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..admission import Caps, Entry, admitted, plan, turn_keys
-from ..errors import QueueFullError, StoreError
+from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import load_notice, load_task, seconds_to_ms
@@ -316,30 +316,14 @@ class PostgresTaskStore:
             task.id,
         )
 
-    async def insert(self, task: Task, *, max_queued: int | None = None) -> None:
-        what = f"inserting task {task.id}"
-        async with self._connection(what) as conn, conn.transaction():
-            if max_queued is not None and task.status is TaskStatus.QUEUED:
-                # one inserter per parent at a time, so two never both take the last place
-                await conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))",
-                    (f"asyncagents.queue:{self.schema}:{task.backend}:{task.parent_session_id}",),
-                )
-                cur = await conn.execute(
-                    "SELECT count(*) FROM tasks WHERE backend = %s AND parent_session_id = %s "
-                    "AND status = %s",
-                    (task.backend, task.parent_session_id, TaskStatus.QUEUED.value),
-                )
-                row = await cur.fetchone()
-                queued = int(row[0]) if row else 0
-                if queued >= max_queued:
-                    raise QueueFullError(queued, max_queued)
-            await conn.execute(
-                "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
-                "backend, owner, agent, model, ready, id) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                self._task_values(task),
-            )
+    async def insert(self, task: Task) -> None:
+        await self._execute(
+            f"inserting task {task.id}",
+            "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
+            "backend, owner, agent, model, ready, id) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            self._task_values(task),
+        )
 
     async def get(self, task_id: str) -> Task | None:
         rows = await self._fetch(
@@ -554,6 +538,15 @@ class PostgresTaskStore:
                 )
                 out.append(changed)
         return out
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        rows = await self._fetch(
+            f"deleting queued task {task_id}",
+            f"DELETE FROM tasks WHERE id = %s AND status = %s RETURNING {_TASK_COLUMNS}",
+            (task_id, TaskStatus.QUEUED.value),
+        )
+        tasks = self._tasks(rows)
+        return tasks[0] if tasks else None
 
     async def descendants(self, session_id: str) -> list[Task]:
         rows = await self._fetch(

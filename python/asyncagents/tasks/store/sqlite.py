@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..admission import Caps, Entry, admitted, plan, turn_keys
-from ..errors import QueueFullError, StoreError
+from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import load_notice, load_task, seconds_to_ms
@@ -350,16 +350,8 @@ class SQLiteTaskStore:
             ),
         )
 
-    async def insert(self, task: Task, *, max_queued: int | None = None) -> None:
+    async def insert(self, task: Task) -> None:
         def work(db: sqlite3.Connection) -> None:
-            if max_queued is not None and task.status is TaskStatus.QUEUED:
-                queued = db.execute(
-                    "SELECT count(*) FROM tasks WHERE backend = ? AND parent_session_id = ? "
-                    "AND status = ?",
-                    (task.backend, task.parent_session_id, TaskStatus.QUEUED.value),
-                ).fetchone()[0]
-                if queued >= max_queued:
-                    raise QueueFullError(queued, max_queued)
             db.execute(
                 "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
                 "backend, owner, agent, model, ready, id) "
@@ -556,6 +548,21 @@ class SQLiteTaskStore:
             return out
 
         return await self._write(f"admitting queued tasks of backend {backend!r}", work)
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        def work(db: sqlite3.Connection) -> Task | None:
+            row = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ? AND status = ?",
+                (task_id, TaskStatus.QUEUED.value),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+            db.execute("DELETE FROM notices WHERE json_valid(data) AND "
+                       "json_extract(data, '$.task_id') = ?", (task_id,))  # fmt: skip
+            return self._task(row)
+
+        return await self._write(f"deleting queued task {task_id}", work)
 
     async def descendants(self, session_id: str) -> list[Task]:
         def work(db: sqlite3.Connection) -> list[Task]:
