@@ -347,7 +347,7 @@ async def _fork_ready(store: TaskStore, task_id: str) -> bool:
     return task is not None and not task.fork_pending
 
 
-async def test_a_fork_with_a_free_slot_says_it_is_being_prepared(
+async def test_a_fork_with_a_free_slot_starts_at_once_its_prompt_after_its_context(
     backend: InProcessBackend, store: TaskStore
 ) -> None:
     parent = await new_session(backend)
@@ -355,14 +355,14 @@ async def test_a_fork_with_a_free_slot_says_it_is_being_prepared(
     async with TaskManager(backend, store, config(max_running=1)) as manager:
         text = await launch(manager, parent, "forked work", fork=True)
         forked = task_id_of(text)
-        assert text == (
-            f"Background task started: `{forked}` (forked)\nAgent: {AGENT}\nDescription: a job\n"
-            "Status: queued (its copy of this conversation is being prepared; it starts right "
-            "after)\nYou will get a notice in this session when it completes or fails; continue "
-            f"with other work meanwhile. {wait_hint(forked)}"
-        )
+        assert text == started_text(forked).replace(forked, f"{forked} (forked)", 1)
         out = await manager.output(forked, block=True, timeout=10)
-        assert out.task.status is TaskStatus.COMPLETED
+        assert out.task.status is TaskStatus.COMPLETED and out.task.fork_stats is not None
+        assert out.task.session_id is not None
+        child = await backend.messages(out.task.session_id)
+        assert [m["info"]["role"] for m in child] == ["user", "user", "assistant"]
+        assert "<inherited_context>" in str(child[0]["parts"])
+        assert child[1]["parts"][0]["text"] == "forked work"
 
 
 async def test_depth_one_refuses_a_child_and_keeps_its_tools_off(

@@ -128,9 +128,11 @@ class Counts:
         return out
 
 
-def _queues(entries: Iterable[Entry], *, ready_only: bool) -> dict[str, deque[Entry]]:
+def _queues(
+    entries: Iterable[Entry], *, ready_only: bool, include: str | None = None
+) -> dict[str, deque[Entry]]:
     queued = sorted(
-        (e for e in entries if not e.running and (e.ready or not ready_only)),
+        (e for e in entries if not e.running and (e.ready or not ready_only or e.id == include)),
         key=lambda e: (e.created_at, e.id),
     )
     queues: dict[str, deque[Entry]] = {}
@@ -148,12 +150,19 @@ def _rotation(queues: Mapping[str, deque[Entry]], last: Mapping[str, int]) -> li
 
 
 def plan(
-    entries: Iterable[Entry], last_admitted: Mapping[str, int], caps: Caps, limit: int
+    entries: Iterable[Entry],
+    last_admitted: Mapping[str, int],
+    caps: Caps,
+    limit: int,
+    include: str | None = None,
 ) -> list[Entry]:
-    """The queued tasks to start now, in the order they are admitted (at most `limit`)."""
+    """The queued tasks to start now, in the order they are admitted (at most `limit`).
+
+    Only ready tasks start, and `include` (a task whose fork is being prepared by the caller).
+    """
     entries = list(entries)
     counts = Counts.of(entries)
-    queues = _queues(entries, ready_only=True)
+    queues = _queues(entries, ready_only=True, include=include)
     rotation = _rotation(queues, last_admitted)
     chosen: list[Entry] = []
 
@@ -230,11 +239,11 @@ def turn_keys(now_ms: int, count: int, last_admitted: Mapping[str, int]) -> list
     return [base + i for i in range(count)]
 
 
-def admitted(task: Task, owner: str, at: int) -> Task | None:
+def admitted(task: Task, owner: str, at: int, include: str | None = None) -> Task | None:
     """`task` leaving the queue: running (a follow-up: resumed), followed by `owner`; None if
-    it is not a queued task that may start. Only the stores' `admit` calls it, inside the
-    transaction that counted the caps."""
-    if task.status is not TaskStatus.QUEUED or task.fork_pending:
+    it is not a queued task that may start (ready, or `include`). Only the stores' `admit`
+    calls it, inside the transaction that counted the caps."""
+    if task.status is not TaskStatus.QUEUED or (task.fork_pending and task.id != include):
         return None
     task.status = TaskStatus.RESUMED if task.resume_count > 0 else TaskStatus.RUNNING
     task.owner = owner

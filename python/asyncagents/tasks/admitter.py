@@ -81,12 +81,15 @@ class Admitter:
             except Exception as exc:
                 log.warning("admission pass failed (retried): %s", exc)
 
-    async def admit_now(self) -> list[Task]:
-        """One pass: admit what the caps allow now, hand it on, return it."""
+    async def admit_now(self, *, include: str | None = None) -> list[Task]:
+        """One pass: admit what the caps allow now, hand it on, return it. `include`: a task
+        that may be admitted though its fork is still being prepared (by this manager)."""
         out: list[Task] = []
         async with self._pass_lock:
             while True:
-                batch = await self._store.admit(self._backend_name, self.caps, self._owner, BATCH)
+                batch = await self._store.admit(
+                    self._backend_name, self.caps, self._owner, BATCH, include=include
+                )
                 if batch:
                     self.admitted += len(batch)
                     out.extend(batch)

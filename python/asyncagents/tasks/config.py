@@ -46,6 +46,9 @@ class TaskManagerConfig(BaseModel):
     store_retry_max: float = Field(default=2.0, gt=0)
     #: attempts of one background store write before the periodic check takes it over
     store_retry_attempts: int = Field(default=6, ge=1)
+    #: how long a graceful `close` waits for prompts being sent (the next owner re-sends the
+    #: rest, idempotently)
+    drain_timeout: float = Field(default=10.0, ge=0)
     notify_parent: bool = True
     wait_for_idle_parent: bool = True
     wake: WakeMode = "each"

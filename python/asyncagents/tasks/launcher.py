@@ -76,40 +76,50 @@ class Launcher:
         self._config = config
         self._fork_builder = fork_builder
 
-    def request(self, task: Task, text: str) -> PromptRequest:
-        """A prompt to the child: its agent, the configured model, and the task tools switched
-        off unless the child may start tasks of its own (its depth is below ``max_depth``)."""
-        tools = disabled_tools() if task.depth >= self._config.max_depth else {}
+    def request(self, task: Task, text: str, message_id: str | None) -> PromptRequest:
+        """A prompt to the child: its agent, the configured model, the message id chosen for it
+        (the same id sent twice is one message), and the task tools switched off unless the
+        child may start tasks of its own (its depth is below ``max_depth``)."""
         return PromptRequest(
-            text=text, agent=task.agent or None, tools=tools, model=self._config.model
+            text=text,
+            agent=task.agent or None,
+            tools=disabled_tools() if task.depth >= self._config.max_depth else {},
+            model=self._config.model,
+            message_id=message_id,
         )
 
     async def prepare_fork(self, task: Task) -> bool:
-        """Build a queued forked task's context and inject it into its session; record that it
-        may start. False if that failed (the task then ended in error) or was not needed.
+        """Build a forked task's context from its parent's messages now, inject it into the
+        child session, and record that the task may start; False if that failed (the task then
+        ended in error) or the task no longer waits for it.
 
-        Also run by a manager that took the task over from one that died before recording it:
-        a message already in the fresh child session is that injection, and is not sent again.
+        A manager that takes the task over from one that died before recording it runs this
+        again: a context already in the child session (its chosen message id) is not sent again.
         """
         assert task.session_id is not None
         step = "fork: reading the child's messages"
         try:
-            existing = await self._backend.messages(task.session_id, limit=1)
+            messages = await self._backend.messages(task.session_id)
+            present = [str((m.get("info") or {}).get("id", "")) for m in messages]
             stats: dict[str, Any] | None = None
-            if existing:
-                after: str | None = str(existing[-1]["info"]["id"])
+            after: str | None = None
+            if task.context_message_id is not None and task.context_message_id in present:
+                after = task.context_message_id
+            elif task.context_message_id is None and present:
+                after = present[-1]  # stored by an older version, without a chosen id
             else:
                 step = "fork: reading the parent's messages"
                 raw = await self._backend.messages_raw(task.parent_session_id)
                 step = "fork: building the context"
                 ctx = await asyncio.to_thread(self._fork_builder, raw)
                 stats = _stats_dict(ctx.stats)
-                after = None
                 if ctx.text:
                     step = "fork: injecting the context"
                     injected = await self._backend.prompt(
                         task.session_id,
-                        self.request(task, ctx.text).model_copy(update={"no_reply": True}),
+                        self.request(task, ctx.text, task.context_message_id).model_copy(
+                            update={"no_reply": True}
+                        ),
                     )
                     after = str(injected["info"]["id"])
             step = "fork: recording the context"
@@ -127,8 +137,8 @@ class Launcher:
             return False
 
     async def launch(self, task: Task, run: Run) -> None:
-        """Send an admitted turn's prompt; a failure ends the task in error (a follow-up:
-        completed again, with the reason)."""
+        """Send an admitted turn's prompt (a fork's context is in the session already); a
+        failure ends the task in error (a follow-up: completed again, with the reason)."""
         assert task.session_id is not None
         prompt = task.last_prompt or task.prompt
         if task.resume_count > 0:
@@ -158,7 +168,9 @@ class Launcher:
     async def start_turn(self, task: Task, run: Run, text: str, after: str | None) -> None:
         """prompt_async, then record that the turn runs (and check once: it may be over)."""
         assert task.session_id is not None
-        await self._backend.prompt_async(task.session_id, self.request(task, text))
+        await self._backend.prompt_async(
+            task.session_id, self.request(task, text, task.prompt_message_id)
+        )
         run.after_message_id = after
         run.prompt_sent = True
         out = await self._recorder.apply(

@@ -50,11 +50,11 @@ from .errors import (
 from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
-from .models import OutputResult, Task, TaskChange, TaskStatus, new_id
+from .models import OutputResult, Task, TaskChange, TaskStatus, message_id_after, new_id, now_ms
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
-from .registry import RunRegistry
+from .registry import Run, RunRegistry
 from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import cancelled, resumed, retrieved, started
@@ -80,6 +80,17 @@ NOT_STARTED = (
 _SLOT_FREEING = frozenset({"task.completed", "task.error", "task.cancelled", "task.cleared"})
 #: how many candidates an ambiguous id prefix names
 PREFIX_CANDIDATES = 5
+
+
+def _created_ms(session: JSON) -> int:
+    """When the server created a session (its clock, which its message ids follow)."""
+    created = (session.get("time") or {}).get("created")
+    return created if isinstance(created, int) and created > 0 else now_ms()
+
+
+def _token() -> str:
+    """A random alphanumeric tail that makes a chosen message id unique."""
+    return os.urandom(5).hex()
 
 
 def default_store_path() -> Path:
@@ -125,6 +136,8 @@ class TaskManager:
         self.instance_id = self.config.instance_id or new_id("mgr")
         self.registry = RunRegistry()
         self.jobs = Jobs()
+        #: launches and follow-ups whose prompt is being sent; a graceful close waits for them
+        self.launches = Jobs()
         self.courier = NoticeCourier(
             backend,
             self.store,
@@ -167,6 +180,8 @@ class TaskManager:
             on_admitted=self._admitted,
         )
         self.recorder.add_listener(self._on_change)
+        #: fork contexts being prepared in this process, by task id
+        self._forks: dict[str, asyncio.Task[None]] = {}
         self.leases = LeaseKeeper(
             self.store,
             owner=self.instance_id,
@@ -213,15 +228,20 @@ class TaskManager:
 
     async def close(self) -> None:
         """Stop watching and drop the lease: tasks keep running in the server, and another
-        manager of the backend (or the next start) takes them over at once."""
+        manager of the backend (or the next start) takes them over at once.
+
+        Prompts being sent are waited for first, up to ``drain_timeout`` seconds; a send cut off
+        after that is sent again by the next owner, with the same message id (so once)."""
         async with self._start_lock:
             if not self._started:
                 return
+            await self.launches.wait_idle(self.config.drain_timeout)
             self._started = False
             await self.admitter.stop()
             await self.leases.stop(drop_lease=False)
             await self.watcher.stop()
             await self.courier.stop()
+            await self.launches.cancel_all()
             await self.jobs.cancel_all()
             for run in self.registry:
                 self.registry.drop(run.task_id)
@@ -284,8 +304,11 @@ class TaskManager:
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
         )
         session_id = str(session["id"])
+        context_id = message_id_after(None, _created_ms(session), _token())
         task = Task(
             id=new_id("tsk"),
+            context_message_id=context_id,
+            prompt_message_id=message_id_after(context_id, 0, _token()),
             parent_session_id=parent_session_id,
             session_id=session_id,
             prompt=prompt,
@@ -312,8 +335,7 @@ class TaskManager:
         await self._keep_queue_bound(task)
         self.recorder.changed(task, "task.created")
         if fork:
-            self.jobs.spawn(self._prepare_fork(task))
-            return task
+            self._start_fork(task)
         return await self._admit_at_once(task)
 
     async def output(
@@ -449,7 +471,10 @@ class TaskManager:
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
         """Wait until no background job (launch, check) is in flight (for tests)."""
-        await self.jobs.wait_idle(timeout)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        await self.launches.wait_idle(timeout)
+        await self.jobs.wait_idle(max(0.0, end - loop.time()))
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -481,13 +506,14 @@ class TaskManager:
         if not task.session_id:
             raise SessionExpiredError(task.id, None)
         try:
-            await self.backend.get_session(task.session_id)
+            session = await self.backend.get_session(task.session_id)
             last = await self.backend.messages(task.session_id, limit=1)
         except SessionNotFoundError:
             raise SessionExpiredError(task.id, task.session_id) from None
         after = str(last[-1]["info"]["id"]) if last else None
+        message_id = message_id_after(after, _created_ms(session), _token())
         out = await self.recorder.apply(
-            task.id, resumed(prompt, after, self.instance_id), "task.resumed"
+            task.id, resumed(prompt, after, self.instance_id, message_id), "task.resumed"
         )
         if out is None:
             current = await self._resolve(task.id, parent_session_id)
@@ -537,9 +563,14 @@ class TaskManager:
             log.warning("could not delete session %s: %s", session_id, cleanup)
 
     async def _admit_at_once(self, task: Task) -> Task:
-        """Admit what the caps allow now; `task` as it is after that (running, or queued)."""
+        """Admit what the caps allow now; `task` as it is after that (running, or queued).
+
+        A fork being prepared here may be admitted too: its prompt waits for the preparation
+        in this process (a fork prepared elsewhere is admitted once it is ready).
+        """
+        include = task.id if task.fork_pending and task.id in self._forks else None
         try:
-            for admitted in await self.admitter.admit_now():
+            for admitted in await self.admitter.admit_now(include=include):
                 if admitted.id == task.id:
                     return admitted
         except StoreError as exc:
@@ -547,6 +578,12 @@ class TaskManager:
             log.warning("admission after queueing %s failed (retried): %s", task.id, exc)
             self.admitter.poke()
         return task
+
+    def _start_fork(self, task: Task) -> None:
+        """Build and inject a new forked task's context now, in the background."""
+        job = self.jobs.spawn(self._prepare_fork(task))
+        self._forks[task.id] = job
+        job.add_done_callback(lambda _: self._forks.pop(task.id, None))
 
     async def _prepare_fork(self, task: Task) -> None:
         if await self.launcher.prepare_fork(task):
@@ -557,7 +594,41 @@ class TaskManager:
         for task in tasks:
             self.recorder.changed(task, "task.updated")
             run = self.watcher.follow(task)
-            self.jobs.spawn(self.launcher.launch(task, run))
+            self.launches.spawn(self._launch(task, run))
+
+    async def _launch(self, task: Task, run: Run) -> None:
+        """Send an admitted turn's prompt, once its fork (if any) is in its session."""
+        if task.fork_pending:
+            ready = await self._fork_ready(task)
+            if ready is None:
+                return
+            task = ready
+        await self.launcher.launch(task, run)
+
+    async def _fork_ready(self, task: Task) -> Task | None:
+        """The admitted task once its fork is prepared (by the job started when it was asked
+        for, or here when that job is gone: a takeover); None if it ended meanwhile."""
+        job = self._forks.get(task.id)
+        if job is not None:
+            await asyncio.wait({job})
+        try:
+            current = await self.store.get(task.id)
+            if current is not None and current.fork_pending and current.status.active:
+                await self.launcher.prepare_fork(current)
+                current = await self.store.get(task.id)
+        except StoreError as exc:
+            await self.watcher.finish(
+                task.id, task.turn, TaskStatus.ERROR, error=f"fork: reading the task failed: {exc}"
+            )
+            return None
+        if (
+            current is None
+            or current.fork_pending
+            or current.turn != task.turn
+            or not current.status.active
+        ):
+            return None
+        return current
 
     def _on_change(self, change: TaskChange) -> None:
         """A task that ended, was cancelled or cleared frees a slot; a queued one may start."""
@@ -570,35 +641,53 @@ class TaskManager:
         for task in tasks:
             if task.status is TaskStatus.QUEUED:
                 if task.fork_pending:
-                    self.jobs.spawn(self._prepare_fork(task))
+                    self._start_fork(task)
                 continue
-            if task.session_id is not None and task.turn_started_at is None:
-                task = await self._started_unrecorded(task) or task
-            if task.session_id is None or task.turn_started_at is None:
-                # its manager stopped between accepting the task and starting the turn
+            if task.session_id is None:
+                # stored by an older version between accepting the task and creating its session
                 await self.watcher.finish(task.id, task.turn, TaskStatus.ERROR, error=NOT_STARTED)
                 continue
-            self.watcher.follow(task)
+            if task.turn_started_at is not None:
+                self.watcher.follow(task)
+                continue
+            present = await self._message_ids(task)
+            started_task = await self._started_unrecorded(task, present)
+            if started_task is not None:
+                self.watcher.follow(started_task)
+                continue
+            # admitted, its prompt maybe never sent (and its fork maybe not prepared): send it
+            # again (the same message id: one message, answered once)
+            run = self.watcher.follow(task)
+            self.launches.spawn(self._launch(task, run))
         self.admitter.poke()
 
-    async def _started_unrecorded(self, task: Task) -> Task | None:
-        """The task, recorded as started, if its turn's prompt is in the child's messages (its
-        manager stopped after sending it, before storing that); None if it was never sent."""
+    async def _message_ids(self, task: Task) -> dict[str, JSON] | None:
+        """The child's messages by id, or None when they cannot be read now."""
         assert task.session_id is not None
         try:
             messages = await self.backend.messages(task.session_id)
         except BackendError as exc:
             log.info("adopting %s: its messages cannot be read (%s)", task.id, exc)
             return None
+        return {str((m.get("info") or {}).get("id", "")): m for m in messages}
+
+    async def _started_unrecorded(self, task: Task, present: dict[str, JSON] | None) -> Task | None:
+        """The task, recorded as started, if its turn's prompt is in the child's messages (its
+        manager stopped after sending it, before storing that); None if it was not sent."""
+        if present is None:
+            return None
         after = task.turn_after_message_id
         previous: str | None = after
-        for message in messages:
+        for message_id, message in present.items():
             info = message.get("info") or {}
-            message_id = str(info.get("id", ""))
             if after is not None and message_id <= after:
                 continue
-            texts = [p.get("text") for p in message.get("parts") or () if isinstance(p, dict)]
-            if info.get("role") == "user" and task.last_prompt in texts:
+            if task.prompt_message_id is not None:
+                sent = message_id == task.prompt_message_id
+            else:  # stored by an older version: the prompt is found by its text
+                texts = [p.get("text") for p in message.get("parts") or () if isinstance(p, dict)]
+                sent = info.get("role") == "user" and task.last_prompt in texts
+            if sent:
                 out = await self.recorder.apply(
                     task.id, started(task.turn, previous), "task.updated", background=True
                 )

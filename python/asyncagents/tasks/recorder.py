@@ -119,10 +119,12 @@ class Recorder:
 
     def changed(self, task: Task, kind: TaskChangeKind, notice: Notice | None = None) -> None:
         """What follows a stored change (also called for changes stored elsewhere: insert...)."""
-        if not task.status.active:
+        # a queued copy leaves the run alone: it may come after the task's admission by another
+        # coroutine (it is old news then)
+        if not task.status.pending:
             if self._registry.drop(task.id, task.turn) is not None:
                 self.completions += 1
-        else:
+        elif task.status.active:
             run = self._registry.get(task.id)
             if run is not None and run.turn == task.turn:
                 run.task = task  # progress events show the task as stored now

@@ -158,11 +158,6 @@ def queue_state(place: QueuePlace | None, max_running: int | None) -> str:
     return f"position {place.position} in the queue; {held}"
 
 
-def _preparing_fork(task: Task, place: QueuePlace | None) -> bool:
-    """A forked task that only waits for its copy of the conversation (no cap holds it)."""
-    return task.fork_pending and (place is None or not place.blockers)
-
-
 def format_started(
     task: Task, place: QueuePlace | None = None, max_running: int | None = None
 ) -> str:
@@ -175,21 +170,13 @@ def format_started(
             "Status: queued. It is sent by itself when a slot frees; you will get a notice with "
             f"its full response when it answers. {wait}"
         )
-    if task.status is TaskStatus.QUEUED and not _preparing_fork(task, place):
+    if task.status is TaskStatus.QUEUED:
         marks = " (forked)" if task.is_forked else ""
         return (
             f"Background task queued: `{task.id}`{marks} ({queue_state(place, max_running)})\n"
             f"Agent: {task.agent}\nDescription: {task.description}\nStatus: queued\n"
             "It starts by itself when a slot frees, and you will get a notice in this session "
             f"when it completes or fails; continue with other work meanwhile. {wait}"
-        )
-    if task.status is TaskStatus.QUEUED:
-        return (
-            f"Background task started: `{task.id}` (forked)\nAgent: {task.agent}\n"
-            f"Description: {task.description}\nStatus: queued (its copy of this conversation "
-            "is being prepared; it starts right after)\n"
-            "You will get a notice in this session when it completes or fails; continue with "
-            f"other work meanwhile. {wait}"
         )
     if task.resume_count > 0 and task.status is TaskStatus.RESUMED:
         return (
@@ -215,11 +202,7 @@ def format_output(
     head = f"Task {task.label} [{task.status.value}] {task.agent}: {task.description}"
     if task.status is TaskStatus.QUEUED:
         what = "follow-up" if task.resume_count > 0 else "task"
-        if _preparing_fork(task, place):
-            state = "Its copy of your conversation is being prepared; it starts right after."
-        else:
-            state = f"Waiting in the queue: {queue_state(place, max_running)}."
-        lines = [head, state]
+        lines = [head, f"Waiting in the queue: {queue_state(place, max_running)}."]
         if out.timed_out:
             lines.insert(0, f"Still queued after waiting {out.waited_seconds:.0f}s.")
         lines.append(

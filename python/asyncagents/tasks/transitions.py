@@ -124,8 +124,12 @@ def cancelled() -> Mutation:
     return mutate
 
 
-def resumed(prompt: str, after_message_id: str | None, owner: str) -> Mutation:
-    """A follow-up turn of a completed task joins the queue (`admitted` starts it)."""
+def resumed(
+    prompt: str, after_message_id: str | None, owner: str, message_id: str | None = None
+) -> Mutation:
+    """A follow-up turn of a completed task joins the queue (admission starts it).
+
+    `message_id` is the id its prompt is sent with (`models.message_id_after`)."""
 
     def mutate(t: Task) -> Outcome:
         if t.status is not TaskStatus.COMPLETED:
@@ -138,6 +142,7 @@ def resumed(prompt: str, after_message_id: str | None, owner: str) -> Mutation:
         t.turn += 1
         t.last_prompt = prompt
         t.turn_after_message_id = after_message_id
+        t.prompt_message_id = message_id
         t.turn_started_at = None
         t.result_retrieved_at = None
         t.error = None
@@ -161,14 +166,15 @@ def retrieved(turn: int) -> Mutation:
 
 
 def fork_prepared(after_message_id: str | None, stats: dict[str, object] | None) -> Mutation:
-    """A queued forked task's copy of the parent's context is in its session: it may start.
+    """A forked task's copy of the parent's context is in its session: it may start (or, if it
+    was admitted already, its prompt may be sent).
 
     `after_message_id` is the injected message (None: nothing to inject); the turn is what
     follows it.
     """
 
     def mutate(t: Task) -> Outcome:
-        if t.status is not TaskStatus.QUEUED or not t.fork_pending:
+        if not t.status.pending or not t.fork_pending:
             return None
         t.fork_pending = False
         t.turn_after_message_id = after_message_id

@@ -114,12 +114,21 @@ class TaskStore(Protocol):
     async def queue_view(self, backend: str) -> QueueView:
         """The queued and running tasks of `backend` (a snapshot, for a queued task's place)."""
 
-    async def admit(self, backend: str, caps: Caps, owner: str, limit: int = 100) -> list[Task]:
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+    ) -> list[Task]:
         """Start up to `limit` queued tasks of `backend` that every cap of `caps` lets run.
 
         One transaction, serialised with every other `admit` on the backend: count the running
         tasks (running and resumed, whoever owns them), pick queued tasks whose fork is prepared
-        in fair order (`admission.plan`), mark them running (a follow-up: resumed) with `owner`
+        (and `include`, a task whose fork its caller is preparing) in fair order
+        (`admission.plan`), mark them running (a follow-up: resumed) with `owner`
         as their owner and `admitted_at` now, and remember each parent's turn. Returns them in
         the order they were admitted.
         """

@@ -166,16 +166,24 @@ class InMemoryTaskStore:
         with self._lock:
             return self._queue_view(backend)
 
-    async def admit(self, backend: str, caps: Caps, owner: str, limit: int = 100) -> list[Task]:
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+    ) -> list[Task]:
         with self._lock:
             view = self._queue_view(backend)
-            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0))
+            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0), include)
             now = now_ms()
             out = []
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
             ):
-                changed = admitted(self._tasks[entry.id].model_copy(deep=True), owner, now)
+                changed = admitted(self._tasks[entry.id].model_copy(deep=True), owner, now, include)
                 if changed is None:
                     continue
                 self._tasks[entry.id] = changed.model_copy(deep=True)

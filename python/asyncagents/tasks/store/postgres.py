@@ -506,7 +506,15 @@ class PostgresTaskStore:
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 return await self._queue_view(conn, backend)
 
-    async def admit(self, backend: str, caps: Caps, owner: str, limit: int = 100) -> list[Task]:
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+    ) -> list[Task]:
         what = f"admitting queued tasks of backend {backend!r}"
         out: list[Task] = []
         async with self._connection(what) as conn, conn.transaction():
@@ -517,7 +525,7 @@ class PostgresTaskStore:
                 (f"asyncagents.admit:{self.schema}:{backend}",),
             )
             view = await self._queue_view(conn, backend)
-            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0))
+            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0), include)
             now = now_ms()
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
@@ -526,7 +534,7 @@ class PostgresTaskStore:
                     f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (entry.id,)
                 )
                 tasks = self._tasks(await cur.fetchall())
-                changed = admitted(tasks[0], owner, now) if tasks else None
+                changed = admitted(tasks[0], owner, now, include) if tasks else None
                 if changed is None:
                     continue  # cancelled or cleared since the count (it waited for our lock)
                 await conn.execute(_SAVE_TASK, self._task_values(changed))

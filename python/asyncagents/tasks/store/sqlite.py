@@ -521,10 +521,18 @@ class SQLiteTaskStore:
             f"reading the queue of backend {backend!r}", lambda db: self._queue_view(db, backend)
         )
 
-    async def admit(self, backend: str, caps: Caps, owner: str, limit: int = 100) -> list[Task]:
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+    ) -> list[Task]:
         def work(db: sqlite3.Connection) -> list[Task]:
             view = self._queue_view(db, backend)
-            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0))
+            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0), include)
             now = now_ms()
             out: list[Task] = []
             for entry, key in zip(
@@ -534,7 +542,7 @@ class SQLiteTaskStore:
                     f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (entry.id,)
                 ).fetchone()
                 task = None if row is None else self._task(row)
-                changed = None if task is None else admitted(task, owner, now)
+                changed = None if task is None else admitted(task, owner, now, include)
                 if changed is None:
                     continue
                 self._save_task(db, changed)
