@@ -155,12 +155,11 @@ def test_caps_hold_across_workers_and_300_tasks_complete_in_round_robin(
         procs[0].launched(before)
         # parent by parent, each parent's tasks in one block: plain FIFO would run parent 0's
         # whole queue first. Every fifth task runs as agent "plan" (capped at 2)
-        per_worker = TASKS // len(procs)
         for k, proc in enumerate(procs):
             mine = parents[k * PARENTS // len(procs) : (k + 1) * PARENTS // len(procs)]
             order = [p for p in mine for _ in range(TASKS // PARENTS)]
             proc.launch(
-                per_worker, order, "[sleep:0.1] job {i}", ["build", "build", "build", "build",
+                len(order), order, "[sleep:0.1] job {i}", ["build", "build", "build", "build",
                                                             "plan"]
             )  # fmt: skip
         for proc in procs:

@@ -76,8 +76,9 @@ NOT_STARTED = (
     "The task manager restarted before this task's prompt was sent; start it again with "
     "asyncagents_task."
 )
-#: changes after which a queued task may start: a turn ended, or tasks were cleared
-_SLOT_FREEING = frozenset({"task.completed", "task.error", "task.cancelled", "task.cleared"})
+#: changes after which a queued task may start: a turn ended (a cancel and a clear admit once
+#: their sessions' runs are aborted, so the server never runs one over a cap)
+_SLOT_FREEING = frozenset({"task.completed", "task.error"})
 #: how many candidates an ambiguous id prefix names
 PREFIX_CANDIDATES = 5
 
@@ -431,6 +432,7 @@ class TaskManager:
         task = out[0]
         if task.session_id and task.admitted_at is not None:
             await abort_quietly(self.backend, task.session_id)
+        self.admitter.poke()
         return task
 
     async def clear(self, parent_session_id: str) -> builtins.list[Task]:
@@ -449,6 +451,7 @@ class TaskManager:
             )
         )
         self.recorder.poke()
+        self.admitter.poke()
         return removed
 
     def reconcile(self) -> None:
@@ -631,7 +634,7 @@ class TaskManager:
         return current
 
     def _on_change(self, change: TaskChange) -> None:
-        """A task that ended, was cancelled or cleared frees a slot; a queued one may start."""
+        """A turn that ended frees a slot: a queued task may start."""
         if change.kind in _SLOT_FREEING:
             self.admitter.poke()
 
