@@ -8,8 +8,8 @@ import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from asyncagents.tasks.admission import Caps
-from asyncagents.tasks.models import Task, TaskStatus
+from asyncagents.tasks.admission import FRESH_MS, Caps
+from asyncagents.tasks.models import Task, TaskStatus, now_ms
 from asyncagents.tasks.store import TaskStore
 from store_records import make_task
 
@@ -146,6 +146,25 @@ async def test_a_fork_being_prepared_waits_and_a_queued_follow_up_resumes(
 
     assert await store.update("tsk_fork", prepared) is not None
     assert [t.id for t in await store.admit("b1", Caps(max_running=5), "m")] == ["tsk_fork"]
+
+
+async def test_a_task_just_queued_by_another_manager_is_left_to_it_for_a_moment(
+    store: TaskStore,
+) -> None:
+    now = now_ms()
+    await store.insert(queued("tsk_fresh", created_at=now).model_copy(update={"owner": "mgr_a"}))
+    await store.insert(
+        queued("tsk_old", "ses_b", created_at=now - FRESH_MS - 1_000).model_copy(
+            update={"owner": "mgr_a"}
+        )
+    )
+    await store.insert(queued("tsk_mine", "ses_c", created_at=now).model_copy(
+        update={"owner": "mgr_b"}
+    ))  # fmt: skip
+    # mgr_b starts its own new task and mgr_a's older one, not mgr_a's new one
+    got = await store.admit("b1", Caps(max_running=5), "mgr_b")
+    assert sorted(t.id for t in got) == ["tsk_mine", "tsk_old"]
+    assert [t.id for t in await store.admit("b1", Caps(max_running=5), "mgr_a")] == ["tsk_fresh"]
 
 
 async def test_queue_view_lists_queued_and_running_with_last_admissions(

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 from asyncagents.tasks import Task, TaskStatus
+from asyncagents.tasks.admission import FRESH_MS
+from asyncagents.tasks.models import now_ms
 from fake_opencode import FakeOpenCodeProcess
 from workers_support import (
     WorkerProcess,
@@ -171,6 +173,10 @@ def test_caps_hold_across_workers_and_300_tasks_complete_in_round_robin(
             TaskStatus.RUNNING: MAX_RUNNING,
             TaskStatus.QUEUED: TASKS,
         }
+        # a new task is left to the worker that queued it for FRESH_MS: let every one be past
+        # that, so any worker may admit any task from the first freed slot on
+        newest = max(t.created_at for t in queued.values())
+        time.sleep(max(0.0, (newest + FRESH_MS - now_ms()) / 1000 + 0.2))
         fake.release()
         tasks = wait_all_ended(store_kind, store_where, ids, timeout=240)
     work = [tasks[i] for i in ids if tasks[i].parent_session_id not in blockers]

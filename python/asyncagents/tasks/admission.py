@@ -7,8 +7,12 @@ in-memory store's lock) that reads the snapshot and marks the chosen tasks runni
 exceeded whatever the number of workers and hosts.
 
 Round robin needs a memory: the store keeps, per parent, the key of its last admission
-(`turn_key`). The parent served longest ago goes first (a parent never served before goes
+(`turn_keys`). The parent served longest ago goes first (a parent never served before goes
 before all others); ties go to the parent whose oldest queued task is oldest.
+
+A task another live manager queued less than `FRESH_MS` ago is left to that manager (it admits
+its new tasks itself, right after storing them): with room under the caps, the manager that
+was asked for a task follows it. After that, any manager may admit it (its own may be dead).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ if TYPE_CHECKING:
 
 #: the per-model cap key of tasks that run on the server's default model
 DEFAULT_MODEL_KEY = "default"
+#: how long a new task is left to the manager that queued it (ms)
+FRESH_MS = 2_000
 
 
 def model_key(model: str | None) -> str:
@@ -63,6 +69,8 @@ class Entry:
     running: bool
     #: a queued task that may start (False while its fork context is being prepared)
     ready: bool = True
+    #: the manager that queued it (or follows it)
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,10 +137,22 @@ class Counts:
 
 
 def _queues(
-    entries: Iterable[Entry], *, ready_only: bool, include: str | None = None
+    entries: Iterable[Entry],
+    *,
+    ready_only: bool,
+    include: str | None = None,
+    me: str | None = None,
+    fresh_since: int | None = None,
 ) -> dict[str, deque[Entry]]:
+    def startable(e: Entry) -> bool:
+        if not ready_only:
+            return True
+        if fresh_since is not None and e.owner not in (None, me) and e.created_at > fresh_since:
+            return False  # just queued by another manager: left to it for a moment
+        return e.ready or e.id == include
+
     queued = sorted(
-        (e for e in entries if not e.running and (e.ready or not ready_only or e.id == include)),
+        (e for e in entries if not e.running and startable(e)),
         key=lambda e: (e.created_at, e.id),
     )
     queues: dict[str, deque[Entry]] = {}
@@ -155,14 +175,17 @@ def plan(
     caps: Caps,
     limit: int,
     include: str | None = None,
+    me: str | None = None,
+    fresh_since: int | None = None,
 ) -> list[Entry]:
-    """The queued tasks to start now, in the order they are admitted (at most `limit`).
+    """The queued tasks manager `me` starts now, in the order it admits them (at most `limit`).
 
-    Only ready tasks start, and `include` (a task whose fork is being prepared by the caller).
+    Only ready tasks start, and `include` (a task whose fork is being prepared by the caller);
+    a task another manager queued after `fresh_since` (ms) is left to it.
     """
     entries = list(entries)
     counts = Counts.of(entries)
-    queues = _queues(entries, ready_only=True, include=include)
+    queues = _queues(entries, ready_only=True, include=include, me=me, fresh_since=fresh_since)
     rotation = _rotation(queues, last_admitted)
     chosen: list[Entry] = []
 

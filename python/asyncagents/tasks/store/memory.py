@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection
 
-from ..admission import Caps, Entry, admitted, plan, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, admitted, plan, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -155,6 +155,7 @@ class InMemoryTaskStore:
                 created_at=t.created_at,
                 running=t.status is not TaskStatus.QUEUED,
                 ready=not t.fork_pending,
+                owner=t.owner,
             )
             for t in self._tasks.values()
             if t.backend == backend and t.status in PENDING_STATUSES
@@ -177,8 +178,16 @@ class InMemoryTaskStore:
     ) -> list[Task]:
         with self._lock:
             view = self._queue_view(backend)
-            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0), include)
             now = now_ms()
+            chosen = plan(
+                view.entries,
+                view.last_admitted,
+                caps,
+                max(limit, 0),
+                include,
+                me=owner,
+                fresh_since=now - FRESH_MS,
+            )
             out = []
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True

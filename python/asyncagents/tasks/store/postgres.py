@@ -32,7 +32,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..admission import Caps, Entry, admitted, plan, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, admitted, plan, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -477,8 +477,8 @@ class PostgresTaskStore:
     @staticmethod
     async def _queue_view(conn: psycopg.AsyncConnection[Any], backend: str) -> QueueView:
         cur = await conn.execute(
-            "SELECT id, parent_session_id, status, created_at, agent, model, ready FROM tasks "
-            "WHERE backend = %s AND status = ANY(%s)",
+            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner "
+            "FROM tasks WHERE backend = %s AND status = ANY(%s)",
             (backend, _PENDING),
         )
         entries = [
@@ -490,6 +490,7 @@ class PostgresTaskStore:
                 created_at=int(r[3]),
                 running=r[2] != TaskStatus.QUEUED.value,
                 ready=bool(r[6]),
+                owner=r[7],
             )
             for r in await cur.fetchall()
         ]
@@ -525,8 +526,16 @@ class PostgresTaskStore:
                 (f"asyncagents.admit:{self.schema}:{backend}",),
             )
             view = await self._queue_view(conn, backend)
-            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0), include)
             now = now_ms()
+            chosen = plan(
+                view.entries,
+                view.last_admitted,
+                caps,
+                max(limit, 0),
+                include,
+                me=owner,
+                fresh_since=now - FRESH_MS,
+            )
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
             ):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..admission import Caps, Entry, admitted, plan, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, admitted, plan, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -495,8 +495,8 @@ class SQLiteTaskStore:
     @staticmethod
     def _queue_view(db: sqlite3.Connection, backend: str) -> QueueView:
         rows = db.execute(
-            "SELECT id, parent_session_id, status, created_at, agent, model, ready FROM tasks "
-            "WHERE backend = ? AND status IN (?, ?, ?)",
+            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner "
+            "FROM tasks WHERE backend = ? AND status IN (?, ?, ?)",
             (backend, *_PENDING),
         ).fetchall()
         entries = [
@@ -508,6 +508,7 @@ class SQLiteTaskStore:
                 created_at=r[3],
                 running=r[2] != TaskStatus.QUEUED.value,
                 ready=bool(r[6]),
+                owner=r[7],
             )
             for r in rows
         ]
@@ -532,8 +533,16 @@ class SQLiteTaskStore:
     ) -> list[Task]:
         def work(db: sqlite3.Connection) -> list[Task]:
             view = self._queue_view(db, backend)
-            chosen = plan(view.entries, view.last_admitted, caps, max(limit, 0), include)
             now = now_ms()
+            chosen = plan(
+                view.entries,
+                view.last_admitted,
+                caps,
+                max(limit, 0),
+                include,
+                me=owner,
+                fresh_since=now - FRESH_MS,
+            )
             out: list[Task] = []
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
