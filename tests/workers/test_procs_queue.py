@@ -11,7 +11,6 @@ some not prepared yet) loses none: the other worker runs each of them, once.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -23,6 +22,7 @@ from asyncagents.tasks import Task, TaskStatus
 from asyncagents.tasks.admission import FRESH_MS
 from asyncagents.tasks.models import now_ms
 from fake_opencode import FakeOpenCodeProcess
+from sampler import Sampler
 from workers_support import (
     WorkerProcess,
     Workers,
@@ -41,51 +41,6 @@ TASKS = 300
 MAX_RUNNING = 6
 PER_PARENT = 2
 PER_AGENT = {"plan": 2}
-
-
-class Sampler:
-    """Every `every` s, the set of busy sessions of the server, in a thread."""
-
-    def __init__(self, url: str, every: float = 0.05) -> None:
-        self.url = url
-        self.every = every
-        self.samples: list[frozenset[str]] = []
-        self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=5) as client:
-            while not self._stop.is_set():
-                begin = time.monotonic()
-                try:
-                    response = client.get("/session/status")
-                    response.raise_for_status()
-                    self.samples.append(frozenset(response.json()))
-                except httpx.HTTPError:
-                    self.errors += 1
-                self._stop.wait(max(0.0, self.every - (time.monotonic() - begin)))
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def most(self, tasks: Sequence[Task], key: str | None = None) -> int:
-        """The most child sessions of `tasks` busy at once (per `key` value, the worst one)."""
-        of_session = {t.session_id: t for t in tasks if t.session_id}
-        worst = 0
-        for busy in self.samples:
-            children = [of_session[s] for s in busy if s in of_session]
-            if key is None:
-                worst = max(worst, len(children))
-            else:
-                counts = Counter(str(getattr(t, key)) for t in children)
-                worst = max(worst, max(counts.values(), default=0))
-        return worst
 
 
 def cap_options(max_running: int = MAX_RUNNING) -> tuple[str, ...]:
