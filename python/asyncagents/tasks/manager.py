@@ -236,9 +236,9 @@ class TaskManager:
         async with self._start_lock:
             if not self._started:
                 return
+            await self.admitter.stop()  # no new admission while draining
             await self.launches.wait_idle(self.config.drain_timeout)
             self._started = False
-            await self.admitter.stop()
             await self.leases.stop(drop_lease=False)
             await self.watcher.stop()
             await self.courier.stop()
