@@ -9,7 +9,9 @@ Run from the repository root, with the package installed::
     python -m tests.workers.worker --url ... --postgres "host=127.0.0.1 port=5432 dbname=x"
 
 The store is ``--sqlite PATH`` or ``--postgres DSN``; the manager's knobs (`TaskManagerConfig`)
-come from the other options. With ``--launch N`` the worker launches N tasks at start (spread
+come from the other options (the admission caps: ``--max-running``, ``--max-running-per-parent``,
+``--max-queued-per-parent``, ``--max-running-per-agent JSON``, ``--max-running-per-model JSON``,
+``--model provider/model``; by default no cap binds). With ``--launch N`` the worker launches N tasks at start (spread
 over ``--parents`` in turn); without, it only follows (takes over what dead workers of its backend
 left). It also reads commands from stdin, one JSON object per line:
 
