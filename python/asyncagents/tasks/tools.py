@@ -328,7 +328,14 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         fork=args.fork,
         resume=args.resume,
     )
-    return format_started(task, await _place(manager, task), manager.config.max_running)
+    place = await _place(manager, task)
+    if task.status is TaskStatus.QUEUED and place is None:
+        # no longer queued: admitted meanwhile (by any manager), so say it started
+        try:
+            task = await manager.store.get(task.id) or task
+        except TaskError as exc:
+            log.info("%s cannot be read again: %s", task.id, exc)
+    return format_started(task, place, manager.config.max_running)
 
 
 async def _output(
