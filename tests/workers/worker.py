@@ -11,9 +11,9 @@ Run from the repository root, with the package installed::
 The store is ``--sqlite PATH`` or ``--postgres DSN``; the manager's knobs (`TaskManagerConfig`)
 come from the other options (the admission caps: ``--max-running``, ``--max-running-per-parent``,
 ``--max-queued-per-parent``, ``--max-running-per-agent JSON``, ``--max-running-per-model JSON``,
-``--model provider/model``; by default no cap binds). With ``--launch N`` the worker launches N tasks at start (spread
-over ``--parents`` in turn); without, it only follows (takes over what dead workers of its backend
-left). It also reads commands from stdin, one JSON object per line:
+``--model provider/model``; by default no cap binds). With ``--launch N`` the worker launches N
+tasks at start (spread over ``--parents`` in turn); without, it only follows (takes over what
+dead workers of its backend left). It also reads commands from stdin, one JSON object per line:
 
 - ``{"cmd": "launch", "count": N, "parents": [...], "prompt": "job {i}", "agent": "build",
   "fork": false}`` (``agent`` may also be a list, used in turn)
