@@ -408,3 +408,23 @@ async def test_depth_two_lets_a_child_start_tasks_and_the_tree_is_known(
         assert [t.id for t in await manager.tree(child.id)] == [grandchild.id]
         assert await manager.tree(grandchild.id) == []
         assert [t.id for t in await manager.store.descendants(root)] == [child.id, grandchild.id]
+
+
+async def test_listeners_hear_a_queued_task_created_then_admitted(
+    backend: InProcessBackend, store: TaskStore, gates: Gates
+) -> None:
+    parent = await new_session(backend)
+    async with TaskManager(backend, store, config(max_running=1)) as manager:
+        seen: list[tuple[str, str, TaskStatus]] = []
+        manager.add_listener(lambda c: seen.append((c.kind, c.task.id, c.task.status)))
+        first = task_id_of(await launch(manager, parent, "[gate:a] first"))
+        second = task_id_of(await launch(manager, parent, "second"))
+        gates.open("a")
+        await manager.output(second, block=True, timeout=10)
+        mine = [(kind, status) for kind, task_id, status in seen if task_id == second]
+        assert mine[:2] == [
+            ("task.created", TaskStatus.QUEUED),
+            ("task.updated", TaskStatus.RUNNING),  # admitted when the first ended
+        ]
+        assert ("task.completed", TaskStatus.COMPLETED) in mine
+        assert next(k for k, t, _ in seen if t == first) == "task.created"

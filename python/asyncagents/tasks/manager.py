@@ -183,6 +183,8 @@ class TaskManager:
         self.recorder.add_listener(self._on_change)
         #: fork contexts being prepared in this process, by task id
         self._forks: dict[str, asyncio.Task[None]] = {}
+        #: tasks being created by `task` whose ``task.created`` was not told yet
+        self._creating: set[str] = set()
         self.leases = LeaseKeeper(
             self.store,
             owner=self.instance_id,
@@ -334,10 +336,15 @@ class TaskManager:
                 raise
             raise StoreError(f"storing the new task failed: {exc}") from exc
         await self._keep_queue_bound(task)
-        self.recorder.changed(task, "task.created")
+        # listeners hear of it once, as it is after its first admission: running, or queued
+        self._creating.add(task.id)
         if fork:
             self._start_fork(task)
-        return await self._admit_at_once(task)
+        task = await self._admit_at_once(task)
+        if task.id in self._creating:
+            self._creating.discard(task.id)
+            self.recorder.changed(task, "task.created")
+        return task
 
     async def output(
         self,
@@ -595,7 +602,9 @@ class TaskManager:
     def _admitted(self, tasks: builtins.list[Task]) -> None:
         """Follow the tasks this manager admitted, and send their prompts."""
         for task in tasks:
-            self.recorder.changed(task, "task.updated")
+            created = task.id in self._creating
+            self._creating.discard(task.id)
+            self.recorder.changed(task, "task.created" if created else "task.updated")
             run = self.watcher.follow(task)
             self.launches.spawn(self._launch(task, run))
 
