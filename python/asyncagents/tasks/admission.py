@@ -275,3 +275,19 @@ def admitted(task: Task, owner: str, at: int, include: str | None = None) -> Tas
     # `updated_at` only grows, as with every change (see `transitions`)
     task.updated_at = max(now_ms(), task.updated_at + 1)
     return task
+
+
+def choose(
+    entries: Iterable[Entry],
+    last_admitted: Mapping[str, int],
+    caps: Caps,
+    limit: int,
+    *,
+    include: str | None,
+    me: str,
+    now: int,
+) -> list[Entry]:
+    """`plan` as a store's `admit` runs it for manager `me` at `now` (ms)."""
+    return plan(
+        entries, last_admitted, caps, max(limit, 0), include, me=me, fresh_since=now - FRESH_MS
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection
 
-from ..admission import FRESH_MS, Caps, Entry, admitted, plan, turn_keys
+from ..admission import Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -179,14 +179,8 @@ class InMemoryTaskStore:
         with self._lock:
             view = self._queue_view(backend)
             now = now_ms()
-            chosen = plan(
-                view.entries,
-                view.last_admitted,
-                caps,
-                max(limit, 0),
-                include,
-                me=owner,
-                fresh_since=now - FRESH_MS,
+            chosen = choose(
+                view.entries, view.last_admitted, caps, limit, include=include, me=owner, now=now
             )
             out = []
             for entry, key in zip(

@@ -32,7 +32,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..admission import FRESH_MS, Caps, Entry, admitted, plan, turn_keys
+from ..admission import Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -518,6 +518,13 @@ class PostgresTaskStore:
     ) -> list[Task]:
         what = f"admitting queued tasks of backend {backend!r}"
         out: list[Task] = []
+        # a look without the lock first: most passes at saturation find nothing to start, and
+        # need not queue for the lock every other admitter wants (the locked pass decides)
+        peek = await self.queue_view(backend)
+        if not choose(
+            peek.entries, peek.last_admitted, caps, 1, include=include, me=owner, now=now_ms()
+        ):
+            return []
         async with self._connection(what) as conn, conn.transaction():
             # every admitter of the backend, on any host, waits here: the counts read below
             # include every admission committed before (read committed, statement snapshots)
@@ -527,14 +534,8 @@ class PostgresTaskStore:
             )
             view = await self._queue_view(conn, backend)
             now = now_ms()
-            chosen = plan(
-                view.entries,
-                view.last_admitted,
-                caps,
-                max(limit, 0),
-                include,
-                me=owner,
-                fresh_since=now - FRESH_MS,
+            chosen = choose(
+                view.entries, view.last_admitted, caps, limit, include=include, me=owner, now=now
             )
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True

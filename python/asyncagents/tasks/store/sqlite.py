@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..admission import FRESH_MS, Caps, Entry, admitted, plan, turn_keys
+from ..admission import Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -534,14 +534,8 @@ class SQLiteTaskStore:
         def work(db: sqlite3.Connection) -> list[Task]:
             view = self._queue_view(db, backend)
             now = now_ms()
-            chosen = plan(
-                view.entries,
-                view.last_admitted,
-                caps,
-                max(limit, 0),
-                include,
-                me=owner,
-                fresh_since=now - FRESH_MS,
+            chosen = choose(
+                view.entries, view.last_admitted, caps, limit, include=include, me=owner, now=now
             )
             out: list[Task] = []
             for entry, key in zip(
@@ -564,6 +558,24 @@ class SQLiteTaskStore:
                 out.append(changed)
             return out
 
+        def anything(db: sqlite3.Connection) -> bool:
+            view = self._queue_view(db, backend)
+            return bool(
+                choose(
+                    view.entries,
+                    view.last_admitted,
+                    caps,
+                    1,
+                    include=include,
+                    me=owner,
+                    now=now_ms(),
+                )
+            )
+
+        # a look without the write lock first: most passes at saturation find nothing to start,
+        # and need not queue for the lock every other process wants (the locked pass decides)
+        if not await self._run(f"reading the queue of backend {backend!r}", anything):
+            return []
         return await self._write(f"admitting queued tasks of backend {backend!r}", work)
 
     async def delete_queued(self, task_id: str) -> Task | None:
