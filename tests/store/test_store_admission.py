@@ -30,7 +30,7 @@ def queued(
     fork_pending: bool = False,
     **fields: object,
 ) -> Task:
-    task = make_task(task_id, parent=parent, status=QUEUED, created_at=created_at, owner="mgr_x")
+    task = make_task(task_id, parent=parent, status=QUEUED, created_at=created_at)
     return task.model_copy(
         update={"agent": agent, "model": model, "fork_pending": fork_pending, **fields}
     )
@@ -152,6 +152,7 @@ async def test_a_task_just_queued_by_another_manager_is_left_to_it_for_a_moment(
     store: TaskStore,
 ) -> None:
     now = now_ms()
+    await store.renew_lease("mgr_a", "b1", 60)
     await store.insert(queued("tsk_fresh", created_at=now).model_copy(update={"owner": "mgr_a"}))
     await store.insert(
         queued("tsk_old", "ses_b", created_at=now - FRESH_MS - 1_000).model_copy(
@@ -165,6 +166,17 @@ async def test_a_task_just_queued_by_another_manager_is_left_to_it_for_a_moment(
     got = await store.admit("b1", Caps(max_running=5), "mgr_b")
     assert sorted(t.id for t in got) == ["tsk_mine", "tsk_old"]
     assert [t.id for t in await store.admit("b1", Caps(max_running=5), "mgr_a")] == ["tsk_fresh"]
+
+
+async def test_a_queued_task_of_a_dead_manager_is_taken_over_before_it_is_admitted(
+    store: TaskStore,
+) -> None:
+    old = now_ms() - FRESH_MS - 1_000
+    await store.insert(queued("tsk_orphan", created_at=old).model_copy(update={"owner": "dead"}))
+    await store.renew_lease("mgr_b", "b1", 60)
+    assert await store.admit("b1", Caps(max_running=5), "mgr_b") == []
+    assert [t.id for t in await store.take_over("mgr_b", "b1")] == ["tsk_orphan"]
+    assert [t.id for t in await store.admit("b1", Caps(max_running=5), "mgr_b")] == ["tsk_orphan"]
 
 
 async def test_queue_view_lists_queued_and_running_with_last_admissions(

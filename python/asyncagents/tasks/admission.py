@@ -10,9 +10,11 @@ Round robin needs a memory: the store keeps, per parent, the key of its last adm
 (`turn_keys`). The parent served longest ago goes first (a parent never served before goes
 before all others); ties go to the parent whose oldest queued task is oldest.
 
-A task another live manager queued less than `FRESH_MS` ago is left to that manager (it admits
-its new tasks itself, right after storing them): with room under the caps, the manager that
-was asked for a task follows it. After that, any manager may admit it (its own may be dead).
+A queued task belongs to the manager that queued it (or took it over) only loosely: while that
+manager lives, it is left to it for `FRESH_MS` (it admits its new tasks itself, right after
+storing them: with room under the caps, the manager that was asked for a task follows it), and
+after that any live manager may admit it. A task whose manager died is taken over first, like a
+running one (`TaskStore.take_over`), then admitted by its new owner.
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ class Entry:
     running: bool
     #: a queued task that may start (False while its fork context is being prepared)
     ready: bool = True
-    #: the manager that queued it (or follows it)
+    #: the manager that queued it (or follows it), and whether its lease lives
     owner: str | None = None
+    owner_live: bool = True
 
 
 @dataclass(frozen=True)
@@ -147,8 +150,11 @@ def _queues(
     def startable(e: Entry) -> bool:
         if not ready_only:
             return True
-        if fresh_since is not None and e.owner not in (None, me) and e.created_at > fresh_since:
-            return False  # just queued by another manager: left to it for a moment
+        if fresh_since is not None and e.owner not in (None, me):
+            if not e.owner_live:
+                return False  # its manager died: taken over first (then its new owner's)
+            if e.created_at > fresh_since:
+                return False  # just queued by another manager: left to it for a moment
         return e.ready or e.id == include
 
     queued = sorted(

@@ -128,10 +128,10 @@ class TaskStore(Protocol):
         One transaction, serialised with every other `admit` on the backend: count the running
         tasks (running and resumed, whoever owns them), pick queued tasks whose fork is prepared
         (and `include`, a task whose fork its caller is preparing), except those another
-        manager queued less than `admission.FRESH_MS` ago, in fair order (`admission.plan`),
-        mark them running (a follow-up: resumed) with `owner`
-        as their owner and `admitted_at` now, and remember each parent's turn. Returns them in
-        the order they were admitted.
+        manager queued less than `admission.FRESH_MS` ago or whose manager is dead (taken over
+        first), in fair order (`admission.plan`); mark them running (a follow-up: resumed)
+        with `owner` as their owner and `admitted_at` now, and remember each parent's turn.
+        Returns them in the order they were admitted.
         """
 
     async def delete_queued(self, task_id: str) -> Task | None:

@@ -146,6 +146,7 @@ class InMemoryTaskStore:
             return [t.model_copy(deep=True) for t in orphans]
 
     def _queue_view(self, backend: str) -> QueueView:
+        now = now_ms()
         entries = [
             Entry(
                 id=t.id,
@@ -156,6 +157,7 @@ class InMemoryTaskStore:
                 running=t.status is not TaskStatus.QUEUED,
                 ready=not t.fork_pending,
                 owner=t.owner,
+                owner_live=self._lease_live(t.owner, now),
             )
             for t in self._tasks.values()
             if t.backend == backend and t.status in PENDING_STATUSES

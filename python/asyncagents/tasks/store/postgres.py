@@ -477,8 +477,9 @@ class PostgresTaskStore:
     @staticmethod
     async def _queue_view(conn: psycopg.AsyncConnection[Any], backend: str) -> QueueView:
         cur = await conn.execute(
-            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner "
-            "FROM tasks WHERE backend = %s AND status = ANY(%s)",
+            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner "
+            f"AND l.expires_at > {_NOW}) FROM tasks WHERE backend = %s AND status = ANY(%s)",
             (backend, _PENDING),
         )
         entries = [
@@ -491,6 +492,7 @@ class PostgresTaskStore:
                 running=r[2] != TaskStatus.QUEUED.value,
                 ready=bool(r[6]),
                 owner=r[7],
+                owner_live=bool(r[8]),
             )
             for r in await cur.fetchall()
         ]

@@ -495,9 +495,10 @@ class SQLiteTaskStore:
     @staticmethod
     def _queue_view(db: sqlite3.Connection, backend: str) -> QueueView:
         rows = db.execute(
-            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner "
+            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?) "
             "FROM tasks WHERE backend = ? AND status IN (?, ?, ?)",
-            (backend, *_PENDING),
+            (now_ms(), backend, *_PENDING),
         ).fetchall()
         entries = [
             Entry(
@@ -509,6 +510,7 @@ class SQLiteTaskStore:
                 running=r[2] != TaskStatus.QUEUED.value,
                 ready=bool(r[6]),
                 owner=r[7],
+                owner_live=bool(r[8]),
             )
             for r in rows
         ]
