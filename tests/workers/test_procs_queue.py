@@ -19,7 +19,6 @@ from pathlib import Path
 
 import httpx
 from asyncagents.tasks import Task, TaskStatus
-from asyncagents.tasks.admission import FRESH_MS
 from asyncagents.tasks.models import now_ms
 from fake_opencode import FakeOpenCodeProcess
 from sampler import Sampler
@@ -41,6 +40,8 @@ TASKS = 300
 MAX_RUNNING = 6
 PER_PARENT = 2
 PER_AGENT = {"plan": 2}
+#: the workers' lease time: also how long a worker's new task is left to it
+LEASE = 3.0
 
 
 def cap_options(max_running: int = MAX_RUNNING) -> tuple[str, ...]:
@@ -100,7 +101,7 @@ def test_caps_hold_across_workers_and_300_tasks_complete_in_round_robin(
                 WorkerProcess(
                     fake.url,
                     store_args(store_kind, store_where),
-                    *quick_options(6.0),
+                    *quick_options(LEASE),
                     *cap_options(),
                     log_dir=tmp_path / f"w{k}",
                 )
@@ -128,10 +129,10 @@ def test_caps_hold_across_workers_and_300_tasks_complete_in_round_robin(
             TaskStatus.RUNNING: MAX_RUNNING,
             TaskStatus.QUEUED: TASKS,
         }
-        # a new task is left to the worker that queued it for FRESH_MS: let every one be past
-        # that, so any worker may admit any task from the first freed slot on
+        # a new task is left to the worker that queued it for the lease time: let every one be
+        # past that, so any worker may admit any task from the first freed slot on
         newest = max(t.created_at for t in queued.values())
-        time.sleep(max(0.0, (newest + FRESH_MS - now_ms()) / 1000 + 0.2))
+        time.sleep(max(0.0, (newest - now_ms()) / 1000 + LEASE + 0.2))
         fake.release()
         tasks = wait_all_ended(store_kind, store_where, ids, timeout=240)
     work = [tasks[i] for i in ids if tasks[i].parent_session_id not in blockers]

@@ -11,10 +11,11 @@ Round robin needs a memory: the store keeps, per parent, the key of its last adm
 before all others); ties go to the parent whose oldest queued task is oldest.
 
 A queued task belongs to the manager that queued it (or took it over) only loosely: while that
-manager lives, it is left to it for `FRESH_MS` (it admits its new tasks itself, right after
-storing them: with room under the caps, the manager that was asked for a task follows it), and
-after that any live manager may admit it. A task whose manager died is taken over first, like a
-running one (`TaskStore.take_over`), then admitted by its new owner.
+manager lives, it is left to it for a while (`fresh_ms`, the managers' lease time: it admits its
+new tasks itself, right after storing them, so with room under the caps the manager that was
+asked for a task follows it), and after that any live manager may admit it. A task whose
+manager died is taken over first, like a running one (`TaskStore.take_over`: a dead manager's
+lease looks alive until it expires, hence the lease time), then admitted by its new owner.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
 
 #: the per-model cap key of tasks that run on the server's default model
 DEFAULT_MODEL_KEY = "default"
-#: how long a new task is left to the manager that queued it (ms)
-FRESH_MS = 2_000
+#: how long a new task is left to the manager that queued it (ms), unless told otherwise
+FRESH_MS = 30_000
 
 
 def model_key(model: str | None) -> str:
@@ -292,8 +293,9 @@ def choose(
     include: str | None,
     me: str,
     now: int,
+    fresh_ms: int = FRESH_MS,
 ) -> list[Entry]:
     """`plan` as a store's `admit` runs it for manager `me` at `now` (ms)."""
     return plan(
-        entries, last_admitted, caps, max(limit, 0), include, me=me, fresh_since=now - FRESH_MS
+        entries, last_admitted, caps, max(limit, 0), include, me=me, fresh_since=now - fresh_ms
     )

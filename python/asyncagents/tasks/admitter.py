@@ -37,6 +37,7 @@ class Admitter:
         backend_name: str,
         owner: str,
         interval: float,
+        fresh_ms: int,
         on_admitted: Callable[[list[Task]], None],
     ) -> None:
         self._store = store
@@ -44,6 +45,8 @@ class Admitter:
         self._backend_name = backend_name
         self._owner = owner
         self._interval = interval
+        #: how long another live manager's new queued task is left to it (its lease time)
+        self._fresh_ms = fresh_ms
         self._on_admitted = on_admitted
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -88,7 +91,12 @@ class Admitter:
         async with self._pass_lock:
             while True:
                 batch = await self._store.admit(
-                    self._backend_name, self.caps, self._owner, BATCH, include=include
+                    self._backend_name,
+                    self.caps,
+                    self._owner,
+                    BATCH,
+                    include=include,
+                    fresh_ms=self._fresh_ms,
                 )
                 if batch:
                     self.admitted += len(batch)

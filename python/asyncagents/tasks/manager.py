@@ -178,6 +178,7 @@ class TaskManager:
             backend_name=self.backend_name,
             owner=self.instance_id,
             interval=self.config.admission_interval,
+            fresh_ms=round(self.config.lease_ttl * 1000),
             on_admitted=self._admitted,
         )
         self.recorder.add_listener(self._on_change)

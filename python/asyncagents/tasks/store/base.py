@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..admission import Caps, Entry
+from ..admission import FRESH_MS, Caps, Entry
 from ..models import Notice, Task, TaskStatus
 
 #: `update`'s callback: the new task and an optional notice to save with it in the same
@@ -122,14 +122,15 @@ class TaskStore(Protocol):
         limit: int = 100,
         *,
         include: str | None = None,
+        fresh_ms: int = FRESH_MS,
     ) -> list[Task]:
         """Start up to `limit` queued tasks of `backend` that every cap of `caps` lets run.
 
         One transaction, serialised with every other `admit` on the backend: count the running
         tasks (running and resumed, whoever owns them), pick queued tasks whose fork is prepared
         (and `include`, a task whose fork its caller is preparing), except those another
-        manager queued less than `admission.FRESH_MS` ago or whose manager is dead (taken over
-        first), in fair order (`admission.plan`); mark them running (a follow-up: resumed)
+        manager queued less than `fresh_ms` ago or whose manager is dead (taken over first),
+        in fair order (`admission.plan`); mark them running (a follow-up: resumed)
         with `owner` as their owner and `admitted_at` now, and remember each parent's turn.
         Returns them in the order they were admitted.
         """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection
 
-from ..admission import Caps, Entry, admitted, choose, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -177,12 +177,20 @@ class InMemoryTaskStore:
         limit: int = 100,
         *,
         include: str | None = None,
+        fresh_ms: int = FRESH_MS,
     ) -> list[Task]:
         with self._lock:
             view = self._queue_view(backend)
             now = now_ms()
             chosen = choose(
-                view.entries, view.last_admitted, caps, limit, include=include, me=owner, now=now
+                view.entries,
+                view.last_admitted,
+                caps,
+                limit,
+                include=include,
+                me=owner,
+                now=now,
+                fresh_ms=fresh_ms,
             )
             out = []
             for entry, key in zip(

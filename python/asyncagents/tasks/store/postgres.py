@@ -32,7 +32,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..admission import Caps, Entry, admitted, choose, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -517,6 +517,7 @@ class PostgresTaskStore:
         limit: int = 100,
         *,
         include: str | None = None,
+        fresh_ms: int = FRESH_MS,
     ) -> list[Task]:
         what = f"admitting queued tasks of backend {backend!r}"
         out: list[Task] = []
@@ -524,7 +525,14 @@ class PostgresTaskStore:
         # need not queue for the lock every other admitter wants (the locked pass decides)
         peek = await self.queue_view(backend)
         if not choose(
-            peek.entries, peek.last_admitted, caps, 1, include=include, me=owner, now=now_ms()
+            peek.entries,
+            peek.last_admitted,
+            caps,
+            1,
+            include=include,
+            me=owner,
+            now=now_ms(),
+            fresh_ms=fresh_ms,
         ):
             return []
         async with self._connection(what) as conn, conn.transaction():
@@ -537,7 +545,14 @@ class PostgresTaskStore:
             view = await self._queue_view(conn, backend)
             now = now_ms()
             chosen = choose(
-                view.entries, view.last_admitted, caps, limit, include=include, me=owner, now=now
+                view.entries,
+                view.last_admitted,
+                caps,
+                limit,
+                include=include,
+                me=owner,
+                now=now,
+                fresh_ms=fresh_ms,
             )
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True

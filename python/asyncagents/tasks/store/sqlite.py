@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..admission import Caps, Entry, admitted, choose, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from .base import PENDING_STATUSES, Mutation, QueueView
@@ -532,12 +532,20 @@ class SQLiteTaskStore:
         limit: int = 100,
         *,
         include: str | None = None,
+        fresh_ms: int = FRESH_MS,
     ) -> list[Task]:
         def work(db: sqlite3.Connection) -> list[Task]:
             view = self._queue_view(db, backend)
             now = now_ms()
             chosen = choose(
-                view.entries, view.last_admitted, caps, limit, include=include, me=owner, now=now
+                view.entries,
+                view.last_admitted,
+                caps,
+                limit,
+                include=include,
+                me=owner,
+                now=now,
+                fresh_ms=fresh_ms,
             )
             out: list[Task] = []
             for entry, key in zip(
@@ -571,6 +579,7 @@ class SQLiteTaskStore:
                     include=include,
                     me=owner,
                     now=now_ms(),
+                    fresh_ms=fresh_ms,
                 )
             )
 
