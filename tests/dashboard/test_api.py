@@ -90,7 +90,7 @@ async def test_the_routes_check_the_token_without_the_middleware(
         (
             "status=done",
             "query parameter 'status': 'done' is not one of "
-            "running, resumed, completed, error, cancelled",
+            "queued, running, resumed, completed, error, cancelled",
         ),
         ("limit=0", "query parameter 'limit': 0 is out of range 1..500"),
         ("limit=501", "query parameter 'limit': 501 is out of range 1..500"),
@@ -331,6 +331,7 @@ async def test_stats_counts_tools_and_durations(
     body = (await client.get("/v1/stats")).json()
     assert body["tasks"] == 4
     assert body["by_status"] == {
+        "queued": 0,
         "running": 1,
         "resumed": 0,
         "completed": 1,

@@ -222,7 +222,8 @@ async def test_bad_arguments_text_names_every_field(manager: TaskManager, parent
     text = await run_tool(manager, parent, "asyncagents_list", {"status": "done"})
     assert text == (
         "Error: invalid arguments for asyncagents_list:\n"
-        '- status: must be one of running, resumed, completed, error, cancelled (got "done")'
+        "- status: must be one of queued, running, resumed, completed, error, cancelled "
+        '(got "done")'
     )
     text = await run_tool(manager, parent, "asyncagents_clear", {"all": True})
     assert text == (

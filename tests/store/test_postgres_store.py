@@ -41,7 +41,63 @@ async def test_open_creates_our_schema_once_and_reopens_it(pg_dsn: str) -> None:
     assert [t.id for t in await again.list_tasks()] == ["tsk_1"]  # first call opens it
     await again.close()
     tables = relations(pg_dsn, "asyncagents")
-    assert sorted(tables) == ["asyncagents_meta", "leases", "notices", "tasks"]
+    assert sorted(tables) == ["asyncagents_meta", "leases", "notices", "queue_turns", "tasks"]
+    assert tables["asyncagents_meta"] == [("asyncagents-tasks", SCHEMA_VERSION)]
+
+
+#: version 1 of our schema (before the admission queue), verbatim
+_V1_SCHEMA = (
+    "CREATE TABLE asyncagents_meta (application TEXT NOT NULL, version INTEGER NOT NULL)",
+    'CREATE TABLE tasks (id TEXT COLLATE "C" PRIMARY KEY, parent_session_id TEXT NOT NULL, '
+    "session_id TEXT, status TEXT NOT NULL, created_at BIGINT NOT NULL, data TEXT NOT NULL, "
+    "backend TEXT NOT NULL DEFAULT '', owner TEXT)",
+    "CREATE INDEX tasks_parent ON tasks (parent_session_id, created_at)",
+    "CREATE INDEX tasks_session ON tasks (session_id)",
+    "CREATE INDEX tasks_backend_status ON tasks (backend, status, created_at)",
+    "CREATE INDEX tasks_owner ON tasks (owner)",
+    'CREATE TABLE notices (id TEXT COLLATE "C" PRIMARY KEY, parent_session_id TEXT NOT NULL, '
+    "created_at BIGINT NOT NULL, data TEXT NOT NULL, backend TEXT NOT NULL DEFAULT '', "
+    "claimed_by TEXT, claim_expires_at BIGINT, next_attempt_at BIGINT NOT NULL DEFAULT 0)",
+    "CREATE INDEX notices_parent ON notices (parent_session_id, created_at)",
+    "CREATE INDEX notices_claim ON notices (backend, next_attempt_at, created_at)",
+    "CREATE TABLE leases (owner TEXT PRIMARY KEY, backend TEXT NOT NULL, "
+    "expires_at BIGINT NOT NULL)",
+)
+
+
+async def test_a_version_1_schema_is_migrated_and_its_running_tasks_count_under_the_caps(
+    pg_dsn: str,
+) -> None:
+    running = make_task("tsk_run", backend="b1")
+    running.agent = "build"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA asyncagents")
+        conn.execute("SET search_path = asyncagents")
+        for statement in _V1_SCHEMA:
+            conn.execute(statement)
+        conn.execute("INSERT INTO asyncagents_meta VALUES ('asyncagents-tasks', 1)")
+        conn.execute(
+            "INSERT INTO tasks (id, parent_session_id, session_id, status, created_at, data, "
+            "backend, owner) VALUES (%s, %s, NULL, 'running', %s, %s, 'b1', NULL)",
+            (running.id, running.parent_session_id, running.created_at,
+             running.model_dump_json()),
+        )  # fmt: skip
+        conn.execute(
+            "INSERT INTO tasks (id, parent_session_id, session_id, status, created_at, data, "
+            "backend, owner) VALUES ('tsk_broken', 'ses_p', NULL, 'running', 1, '{not json', "
+            "'b1', NULL)"
+        )
+    store = PostgresTaskStore(pg_dsn)
+    await store.open()
+    assert [t.id for t in await store.list_tasks()] == [running.id]
+    view = await store.queue_view("b1")
+    assert {(e.id, e.agent, e.running) for e in view.entries} == {
+        ("tsk_run", "build", True),
+        ("tsk_broken", "", True),
+    }
+    await store.close()
+    tables = relations(pg_dsn, "asyncagents")
+    assert "queue_turns" in tables
     assert tables["asyncagents_meta"] == [("asyncagents-tasks", SCHEMA_VERSION)]
 
 

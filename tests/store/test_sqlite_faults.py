@@ -436,6 +436,43 @@ async def test_a_first_release_file_is_migrated_in_place_keeping_every_row(
     await reopened.close()
 
 
+async def test_a_version_2_file_is_migrated_and_its_running_tasks_count_under_the_caps(
+    tmp_path: Path,
+) -> None:
+    """Version 3 adds the admission queue: the agent of every task is copied into its column,
+    so the tasks running before the upgrade count under the caps."""
+    from asyncagents.tasks.store import sqlite as sqlite_store
+
+    path = tmp_path / "tasks.db"
+    running = make_task("tsk_run", backend="b1", status=TaskStatus.RUNNING)
+    running.agent = "build"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    for statement in (*sqlite_store._V1_SCHEMA, *sqlite_store._MIGRATE_1_TO_2):
+        db.execute(statement)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 2")
+    rows = [(running.id, running.model_dump_json()), ("tsk_broken", "{not json")]
+    for task_id, data in rows:
+        db.execute(
+            "INSERT INTO tasks (id, parent_session_id, session_id, status, created_at, data, "
+            "backend, owner) VALUES (?, 'ses_p', NULL, 'running', 1, ?, 'b1', NULL)",
+            (task_id, data),
+        )
+    db.close()
+    store = SQLiteTaskStore(path)
+    await store.open()
+    view = await store.queue_view("b1")
+    assert {(e.id, e.agent, e.running) for e in view.entries} == {
+        ("tsk_run", "build", True),
+        ("tsk_broken", "", True),
+    }
+    await store.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    check.close()
+
+
 async def test_a_migration_that_fails_leaves_the_first_release_file_as_it_was(
     tmp_path: Path,
 ) -> None:

@@ -19,7 +19,7 @@ from asyncagents.tasks.transitions import (
     FOLLOWUP_CANCELLED,
     cancelled,
     finished,
-    fork_stats,
+    fork_prepared,
     resumed,
     started,
 )
@@ -145,14 +145,16 @@ async def test_listeners_see_every_stored_change(
     manager.remove_listener(listener)  # twice: nothing
     await manager.task(parent, "unseen", "explore", "after removal")
     t, run, done, resumed = task.id, TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.RESUMED
+    queued = TaskStatus.QUEUED
     assert seen == [
-        ("task.created", t, run),
+        ("task.created", t, run),  # admitted at once: told once, running
         ("task.updated", t, run),  # the prompt was accepted
         ("task.updated", t, run),  # a tool call seen
         ("task.completed", t, done),
         ("task.updated", t, done),  # the result was read
-        ("task.resumed", t, resumed),
-        ("task.updated", t, resumed),
+        ("task.resumed", t, queued),  # the follow-up is queued
+        ("task.updated", t, resumed),  # admitted
+        ("task.updated", t, resumed),  # its prompt was accepted
         ("task.cancelled", t, done),  # a cancelled follow-up: completed again
         ("task.cleared", t, done),
     ]
@@ -197,9 +199,10 @@ def test_every_change_moves_updated_at_forward_even_behind_the_last_writers_cloc
         updated_at=ahead,
     )  # fmt: skip
     done = running.model_copy(update={"status": TaskStatus.COMPLETED})
+    forking = running.model_copy(update={"status": TaskStatus.QUEUED, "fork_pending": True})
     for mutation, task in [
         (started(1, None), running),
-        (fork_stats(1, {"kept": 1}), running),
+        (fork_prepared("msg_1", {"kept": 1}), forking),
         (finished(1, TaskStatus.COMPLETED, text="ok"), running),
         (cancelled(), running),
         (resumed("again", None, "owner"), done),

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 WakeMode = Literal["each", "all_done", "never"]
+
+#: defaults of the caps (why these: docs/limits.md)
+DEFAULT_MAX_RUNNING = 5
+DEFAULT_MAX_QUEUED_PER_PARENT = 200
+DEFAULT_MAX_DEPTH = 1
 
 
 class TaskManagerConfig(BaseModel):
@@ -121,3 +126,63 @@ class TaskManagerConfig(BaseModel):
         description="delete the child sessions of cleared tasks (default: only on the "
         "in-process backend; on a real server they stay for the user to open)",
     )
+
+    # -- admission queue and depth (docs/limits.md) --------------------------------------------
+    max_running: int = Field(
+        default=DEFAULT_MAX_RUNNING,
+        ge=1,
+        description="most tasks running at once on this backend, all workers together; more "
+        "wait in the queue",
+    )
+    max_running_per_parent: int | None = Field(
+        default=None,
+        ge=1,
+        description="most tasks of one parent session running at once (default: only max_running)",
+    )
+    max_running_per_agent: dict[str, int] = Field(
+        default_factory=dict,
+        description="most tasks running at once per agent, by agent name",
+        json_schema_extra={"metavar": "AGENT=N"},
+    )
+    max_running_per_model: dict[str, int] = Field(
+        default_factory=dict,
+        description="most tasks running at once per model, keyed provider/model (the key "
+        "`default` counts the tasks on the server's default model)",
+        json_schema_extra={"metavar": "PROVIDER/MODEL=N"},
+    )
+    max_queued_per_parent: int = Field(
+        default=DEFAULT_MAX_QUEUED_PER_PARENT,
+        ge=1,
+        description="most tasks of one parent session waiting in the queue; past it "
+        "asyncagents_task refuses",
+    )
+    max_depth: int = Field(
+        default=DEFAULT_MAX_DEPTH,
+        ge=1,
+        description="how deep tasks may nest: 1, children cannot start tasks; 2, a child may "
+        "start tasks of its own, and so on",
+    )
+    admission_interval: float = Field(
+        default=1.0,
+        gt=0,
+        description="seconds between two looks at the queue when nothing else triggers one (a "
+        "task that ends admits the next one at once)",
+    )
+
+    @field_validator("max_running_per_agent", "max_running_per_model")
+    @classmethod
+    def _positive_caps(cls, caps: dict[str, int]) -> dict[str, int]:
+        for key, value in caps.items():
+            if not key:
+                raise ValueError("a cap's key must not be empty")
+            if value < 1:
+                raise ValueError(f"the cap of {key!r} must be 1 or more, got {value}")
+        return caps
+
+    @property
+    def model_key(self) -> str | None:
+        """The children's model as ``provider/model`` (None: the server's default)."""
+        if not self.model:
+            return None
+        provider, model = self.model.get("providerID"), self.model.get("modelID")
+        return f"{provider}/{model}" if provider and model else None

@@ -6,15 +6,18 @@ its named parts, each in its own module:
 - `transitions`: every state change as a pure compare-and-set `Mutation`;
 - `recorder.Recorder`: applies them, tells listeners, wakes waiters, queues notices;
 - `registry.RunRegistry`: the turns this manager follows now (one `Run` each);
-- `launcher.Launcher`: fork context, injection and prompt, in the background;
+- `admitter.Admitter`: starts queued tasks when the caps let them (`admission` decides which);
+- `launcher.Launcher`: fork context and injection when asked, prompt when admitted;
 - `watcher.Watcher`: events, completion checks, stall detection, periodic reconciliation;
 - `notices.NoticeCourier`: claims and delivers the parents' notices, exactly once;
 - `ownership.LeaseKeeper`: this manager's lease, and takeovers of dead managers' tasks.
 
 Every public call returns at once (except ``output(block=True)``); runs go on in the server.
+A new task (and a follow-up) is queued, and starts as soon as every cap of the config allows
+(`max_running` and the others, counted over every manager of the backend); most start at once.
 Managers sharing a store work side by side: each works for one backend (`backend_name`) and
-never touches another backend's tasks; a task is followed by the manager that launched (or last
-resumed, or took over) it; any manager of the backend may read, cancel, clear or resume it.
+never touches another backend's tasks; a task is followed by the manager that admitted (or took
+over) it; any manager of the backend may admit, read, cancel, clear or resume it.
 """
 
 from __future__ import annotations
@@ -25,16 +28,20 @@ import logging
 import os
 from pathlib import Path
 
+from .admission import Caps, QueuePlace, place_of
+from .admitter import Admitter
 from .backend import JSON, SessionBackend
 from .config import TaskManagerConfig
 from .errors import (
     AmbiguousTaskIdError,
     BackendError,
     ForkResumeConflictError,
+    QueueFullError,
     SessionExpiredError,
     SessionNotFoundError,
     StoreError,
     TaskBeingResumedError,
+    TaskDepthError,
     TaskNotCompletedError,
     TaskNotFoundError,
     TaskNotRunningError,
@@ -43,12 +50,12 @@ from .errors import (
 from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
-from .models import OutputResult, Task, TaskStatus, message_id_after, new_id, now_ms
+from .models import OutputResult, Task, TaskChange, TaskStatus, message_id_after, new_id, now_ms
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
-from .registry import RunRegistry
-from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
+from .registry import Run, RunRegistry
+from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import cancelled, resumed, retrieved, started
 from .watcher import STALLED, Watcher, abort_quietly
@@ -69,6 +76,9 @@ NOT_STARTED = (
     "The task manager restarted before this task's prompt was sent; start it again with "
     "asyncagents_task."
 )
+#: changes after which a queued task may start: a turn ended (a cancel and a clear admit once
+#: their sessions' runs are aborted, so the server never runs one over a cap)
+_SLOT_FREEING = frozenset({"task.completed", "task.error"})
 #: how many candidates an ambiguous id prefix names
 PREFIX_CANDIDATES = 5
 
@@ -173,6 +183,20 @@ class TaskManager:
             self.config,
             fork_builder or default_fork_builder,
         )
+        self.admitter = Admitter(
+            self.store,
+            Caps.from_config(self.config),
+            backend_name=self.backend_name,
+            owner=self.instance_id,
+            interval=self.config.admission_interval,
+            fresh_ms=round(self.config.lease_ttl * 1000),
+            on_admitted=self._admitted,
+        )
+        self.recorder.add_listener(self._on_change)
+        #: fork contexts being prepared in this process, by task id
+        self._forks: dict[str, asyncio.Task[None]] = {}
+        #: tasks being created by `task` whose ``task.created`` was not told yet
+        self._creating: set[str] = set()
         self.leases = LeaseKeeper(
             self.store,
             owner=self.instance_id,
@@ -214,6 +238,7 @@ class TaskManager:
                 await self.jobs.cancel_all()
                 raise
             self.courier.start()
+            self.admitter.start()
             self.watcher.reconcile()
 
     async def close(self) -> None:
@@ -225,6 +250,7 @@ class TaskManager:
         async with self._start_lock:
             if not self._started:
                 return
+            await self.admitter.stop()  # no new admission while draining
             await self.launches.wait_idle(self.config.drain_timeout)
             self._started = False
             await self.leases.stop(drop_lease=False)
@@ -269,10 +295,14 @@ class TaskManager:
     ) -> Task:
         """Launch a task (or resume one, by id or unique id prefix) and return it at once.
 
-        The child session is created and the task stored here (a down server raises a
-        `BackendError`, a failing store a `StoreError`, and nothing is left behind); the fork
-        context, the injection and the prompt run in the background. A failure there ends the
-        task in ``error`` with the reason, and the parent is told.
+        The child session is created and the task stored, queued, here (a down server raises a
+        `BackendError`, a failing store a `StoreError`, and nothing is left behind), then
+        admitted at once if every cap allows: the task returned is ``running``, or ``queued``
+        (`queue_place` says where). A forked task's context is built and injected in the
+        background right away, and it is admitted once that is done. The prompt is sent in the
+        background. A failure there ends the task in ``error`` with the reason, and the parent
+        is told. A parent with ``max_queued_per_parent`` tasks queued gets `QueueFullError`; a
+        session ``max_depth`` deep in a tree of tasks gets `TaskDepthError`.
         """
         await self.start()
         if fork and resume:
@@ -284,6 +314,7 @@ class TaskManager:
         if not agent:
             raise TaskRequestError("agent is required for a new task.")
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
+        depth, root = await self._depth_of(parent_session_id)
         session = await self.backend.create_session(
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
         )
@@ -302,21 +333,29 @@ class TaskManager:
             is_forked=fork,
             backend=self.backend_name,
             owner=self.instance_id,
+            status=TaskStatus.QUEUED,
+            fork_pending=fork,
+            model=self.config.model_key,
+            depth=depth,
+            root_session_id=root,
         )
         try:
             await self.store.insert(task)
         except BaseException as exc:
             # no task to follow it: the session would be left behind
-            try:
-                await self.backend.delete_session(session_id)
-            except BackendError as cleanup:
-                log.warning("could not delete session %s: %s", session_id, cleanup)
+            await self._drop_session(session_id)
             if isinstance(exc, StoreError) or not isinstance(exc, Exception):
                 raise
             raise StoreError(f"storing the new task failed: {exc}") from exc
-        self.recorder.changed(task, "task.created")
-        run = self.watcher.follow(task)
-        self.launches.spawn(self.launcher.launch(task, run))
+        await self._keep_queue_bound(task)
+        # listeners hear of it once, as it is after its first admission: running, or queued
+        self._creating.add(task.id)
+        if fork:
+            self._start_fork(task)
+        task = await self._admit_at_once(task)
+        if task.id in self._creating:
+            self._creating.discard(task.id)
+            self.recorder.changed(task, "task.created")
         return task
 
     async def output(
@@ -335,7 +374,7 @@ class TaskManager:
         task = await self._resolve(task_id, parent_session_id)
         waited = 0.0
         timed_out = False
-        if block and task.status.active:
+        if block and task.status.pending:
             loop = asyncio.get_running_loop()
             begin = loop.time()
             timed_out = not await self.recorder.wait_ended(task.id, timeout)
@@ -398,7 +437,8 @@ class TaskManager:
         )
 
     async def cancel(self, task_id: str, parent_session_id: str | None = None) -> Task:
-        """Cancel a running (or resumed) task: mark it cancelled, then abort its session.
+        """Cancel a queued or running (or resumed) task: mark it cancelled, then abort its
+        session if its turn was admitted (a queued one was never sent a prompt).
 
         A cancelled follow-up returns the task to ``completed`` with its last result.
         """
@@ -409,8 +449,9 @@ class TaskManager:
             current = await self.store.get(task.id)
             raise TaskNotRunningError(task.id, (current or task).status.value)
         task = out[0]
-        if task.session_id:
+        if task.session_id and task.admitted_at is not None:
             await abort_quietly(self.backend, task.session_id)
+        self.admitter.poke()
         return task
 
     async def clear(self, parent_session_id: str) -> builtins.list[Task]:
@@ -429,11 +470,26 @@ class TaskManager:
             )
         )
         self.recorder.poke()
+        self.admitter.poke()
         return removed
 
     def reconcile(self) -> None:
         """Schedule a check of every followed task now (also done periodically)."""
         self.watcher.reconcile()
+
+    async def queue_place(self, task_id: str) -> QueuePlace | None:
+        """Where a queued task stands (its place, what runs, the caps that hold it back);
+        None when it is not queued."""
+        view = await self.store.queue_view(self.backend_name)
+        return place_of(task_id, view.entries, view.last_admitted, self.admitter.caps)
+
+    async def tree(self, task_id: str, parent_session_id: str | None = None) -> builtins.list[Task]:
+        """A task's descendants: the tasks its child started, theirs, and so on (oldest first)."""
+        await self.start()
+        task = await self._resolve(task_id, parent_session_id)
+        if not task.session_id:
+            return []
+        return await self.store.descendants(task.session_id)
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
         """Wait until no background job (launch, check) is in flight (for tests)."""
@@ -465,7 +521,7 @@ class TaskManager:
 
     async def _resume(self, parent_session_id: str, task_id: str, prompt: str) -> Task:
         task = await self._resolve(task_id, parent_session_id)
-        if task.status is TaskStatus.RESUMED:
+        if _being_resumed(task):
             raise TaskBeingResumedError(task.id)
         if task.status is not TaskStatus.COMPLETED:
             raise TaskNotCompletedError(task.id, task.status.value)
@@ -483,18 +539,134 @@ class TaskManager:
         )
         if out is None:
             current = await self._resolve(task.id, parent_session_id)
-            if current.status is TaskStatus.RESUMED:
+            if _being_resumed(current):
                 raise TaskBeingResumedError(task.id)
             raise TaskNotCompletedError(task.id, current.status.value)
-        task = out[0]
-        run = self.watcher.follow(task)
-        self.launches.spawn(self.launcher.resume(task, run, prompt, after))
+        return await self._admit_at_once(out[0])
+
+    # -- queue --------------------------------------------------------------------------------
+
+    async def _depth_of(self, parent_session_id: str) -> tuple[int, str]:
+        """The depth and the root of a new task of `parent_session_id`; `TaskDepthError` if
+        that session may not start tasks (it is a task's child ``max_depth`` deep)."""
+        parent_task = await self.store.find_by_session(parent_session_id)
+        if parent_task is None or parent_task.backend != self.backend_name:
+            return 1, parent_session_id
+        if parent_task.depth >= self.config.max_depth:
+            raise TaskDepthError(parent_task.depth, self.config.max_depth)
+        return parent_task.depth + 1, parent_task.root_session_id
+
+    async def _keep_queue_bound(self, task: Task) -> None:
+        """`QueueFullError` (and the new task and its session gone) when its parent has
+        ``max_queued_per_parent`` tasks waiting before it.
+
+        Checked after the insert, by its place in its parent's queue: of tasks stored at once,
+        exactly those past the bound go, whichever manager stored them. A task admitted in the
+        meantime stays (it no longer waits).
+        """
+        view = await self.store.queue_view(self.backend_name)
+        mine = (task.created_at, task.id)
+        place = sum(
+            1
+            for e in view.entries
+            if e.parent == task.parent_session_id and not e.running and (e.created_at, e.id) < mine
+        )
+        cap = self.config.max_queued_per_parent
+        if place < cap or await self.store.delete_queued(task.id) is None:
+            return
+        if task.session_id:
+            await self._drop_session(task.session_id)
+        raise QueueFullError(place, cap)
+
+    async def _drop_session(self, session_id: str) -> None:
+        try:
+            await self.backend.delete_session(session_id)
+        except BackendError as cleanup:
+            log.warning("could not delete session %s: %s", session_id, cleanup)
+
+    async def _admit_at_once(self, task: Task) -> Task:
+        """Admit what the caps allow now; `task` as it is after that (running, or queued).
+
+        A fork being prepared here may be admitted too: its prompt waits for the preparation
+        in this process (a fork prepared elsewhere is admitted once it is ready).
+        """
+        include = task.id if task.fork_pending and task.id in self._forks else None
+        try:
+            for admitted in await self.admitter.admit_now(include=include):
+                if admitted.id == task.id:
+                    return admitted
+        except StoreError as exc:
+            # it is stored and queued: the admitter's next pass starts it
+            log.warning("admission after queueing %s failed (retried): %s", task.id, exc)
+            self.admitter.poke()
         return task
 
-    async def _adopt(self, tasks: builtins.list[Task]) -> None:
-        """Follow tasks taken over from a dead (or closed) manager; start again the turns whose
-        prompt may not have reached the server (re-sending it is idempotent: same message id)."""
+    def _start_fork(self, task: Task) -> None:
+        """Build and inject a new forked task's context now, in the background."""
+        job = self.jobs.spawn(self._prepare_fork(task))
+        self._forks[task.id] = job
+        job.add_done_callback(lambda _: self._forks.pop(task.id, None))
+
+    async def _prepare_fork(self, task: Task) -> None:
+        if await self.launcher.prepare_fork(task):
+            self.admitter.poke()
+
+    def _admitted(self, tasks: builtins.list[Task]) -> None:
+        """Follow the tasks this manager admitted, and send their prompts."""
         for task in tasks:
+            created = task.id in self._creating
+            self._creating.discard(task.id)
+            self.recorder.changed(task, "task.created" if created else "task.updated")
+            run = self.watcher.follow(task)
+            self.launches.spawn(self._launch(task, run))
+
+    async def _launch(self, task: Task, run: Run) -> None:
+        """Send an admitted turn's prompt, once its fork (if any) is in its session."""
+        if task.fork_pending:
+            ready = await self._fork_ready(task)
+            if ready is None:
+                return
+            task = ready
+        await self.launcher.launch(task, run)
+
+    async def _fork_ready(self, task: Task) -> Task | None:
+        """The admitted task once its fork is prepared (by the job started when it was asked
+        for, or here when that job is gone: a takeover); None if it ended meanwhile."""
+        job = self._forks.get(task.id)
+        if job is not None:
+            await asyncio.wait({job})
+        try:
+            current = await self.store.get(task.id)
+            if current is not None and current.fork_pending and current.status.active:
+                await self.launcher.prepare_fork(current)
+                current = await self.store.get(task.id)
+        except StoreError as exc:
+            await self.watcher.finish(
+                task.id, task.turn, TaskStatus.ERROR, error=f"fork: reading the task failed: {exc}"
+            )
+            return None
+        if (
+            current is None
+            or current.fork_pending
+            or current.turn != task.turn
+            or not current.status.active
+        ):
+            return None
+        return current
+
+    def _on_change(self, change: TaskChange) -> None:
+        """A turn that ended frees a slot: a queued task may start."""
+        if change.kind in _SLOT_FREEING:
+            self.admitter.poke()
+
+    async def _adopt(self, tasks: builtins.list[Task]) -> None:
+        """Follow tasks taken over from a dead (or closed) manager; prepare the forks of
+        queued ones that it had not prepared (the queue admits them, whoever owns them)."""
+        for task in tasks:
+            if task.status is TaskStatus.QUEUED:
+                if task.fork_pending:
+                    self._start_fork(task)
+                continue
             if task.session_id is None:
                 # stored by an older version between accepting the task and creating its session
                 await self.watcher.finish(task.id, task.turn, TaskStatus.ERROR, error=NOT_STARTED)
@@ -507,13 +679,11 @@ class TaskManager:
             if started_task is not None:
                 self.watcher.follow(started_task)
                 continue
+            # admitted, its prompt maybe never sent (and its fork maybe not prepared): send it
+            # again (the same message id: one message, answered once)
             run = self.watcher.follow(task)
-            if task.status is TaskStatus.RESUMED:
-                prompt = task.last_prompt or task.prompt
-                after = task.turn_after_message_id
-                self.launches.spawn(self.launcher.resume(task, run, prompt, after))
-            else:
-                self.launches.spawn(self.launcher.launch(task, run, present))
+            self.launches.spawn(self._launch(task, run))
+        self.admitter.poke()
 
     async def _message_ids(self, task: Task) -> dict[str, JSON] | None:
         """The child's messages by id, or None when they cannot be read now."""
@@ -550,8 +720,9 @@ class TaskManager:
         return None
 
     async def _running_tasks(self, parent_session_id: str) -> int:
+        """The parent's tasks still to end: running, or queued."""
         tasks = await self.store.list_tasks(
-            parent_session_id, ACTIVE_STATUSES, backend=self.backend_name
+            parent_session_id, PENDING_STATUSES, backend=self.backend_name
         )
         return len(tasks)
 
@@ -573,3 +744,8 @@ class TaskManager:
             await self.watcher.session_gone(run)
         if await self.store.list_tasks(session_id, backend=self.backend_name):
             await self.clear(session_id)
+
+
+def _being_resumed(task: Task) -> bool:
+    """A follow-up of the task is queued or running."""
+    return task.resume_count > 0 and task.status in (TaskStatus.QUEUED, TaskStatus.RESUMED)

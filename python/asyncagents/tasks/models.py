@@ -8,12 +8,14 @@ import time
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TaskStatus(str, Enum):
-    """Lifecycle: running -> completed | error | cancelled; completed -> resumed -> completed."""
+    """Lifecycle: queued -> running -> completed | error | cancelled; completed -> (queued ->)
+    resumed -> completed. A queued task waits for a free slot under the caps (no turn runs)."""
 
+    QUEUED = "queued"
     RUNNING = "running"
     RESUMED = "resumed"
     COMPLETED = "completed"
@@ -24,6 +26,11 @@ class TaskStatus(str, Enum):
     def active(self) -> bool:
         """True while a turn of the child runs (launch or resume)."""
         return self in (TaskStatus.RUNNING, TaskStatus.RESUMED)
+
+    @property
+    def pending(self) -> bool:
+        """True while the task has work to do: queued for a slot, or running a turn."""
+        return self is TaskStatus.QUEUED or self.active
 
 
 def now_ms() -> int:
@@ -104,8 +111,27 @@ class Task(BaseModel):
     fork_stats: dict[str, Any] | None = None
     #: name of the backend (session server) the task runs on; other backends' managers skip it
     backend: str = ""
-    #: instance id of the manager that follows the task (under its lease); None = nobody yet
+    #: instance id of the manager that follows the task (under its lease); None = nobody yet.
+    #: A queued task's owner only prepares its fork: any live manager of the backend admits it
     owner: str | None = None
+    #: ``provider/model`` the child runs on (None: the server's default); per-model caps use it
+    model: str | None = None
+    #: 1 for a task of a top-level session, 2 for a task its child started, and so on
+    depth: int = 1
+    #: the top-level session of the task's tree (its parent's root, else its parent)
+    root_session_id: str = ""
+    #: a forked task whose copy of the parent's context is not in its session yet; it is not
+    #: admitted before
+    fork_pending: bool = False
+    #: when the current turn was admitted (left the queue)
+    admitted_at: int | None = None
+
+    @model_validator(mode="after")
+    def _default_root(self) -> Task:
+        """A task of a top-level session is the root of its tree (also for older records)."""
+        if not self.root_session_id:
+            self.root_session_id = self.parent_session_id
+        return self
 
     @property
     def label(self) -> str:

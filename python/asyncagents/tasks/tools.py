@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..plain import surrogate_free
+from .admission import QueuePlace
 from .conversation import read_conversation
 from .errors import StoreError, TaskError
 from .markdown import code, code_label
@@ -148,8 +149,40 @@ def _wait_call(task: Task) -> str:
     return code(f'asyncagents_output(task_id="{task.id}", block=true)')
 
 
-def format_started(task: Task) -> str:
-    """Reply to asyncagents_task (launch or resume)."""
+def queue_state(place: QueuePlace | None, max_running: int | None) -> str:
+    """Where a queued task stands: ``position 3 in the queue; 5/5 running on this server
+    (max_running)``, naming the widest cap that holds it back (else the server's count)."""
+    if place is None:
+        return "waiting in the queue"
+    if place.blockers:
+        b = place.blockers[0]
+        held = f"{b.running}/{b.cap} running {b.scope} ({b.name})"
+    elif max_running is not None:
+        held = f"{place.running}/{max_running} running on this server (max_running)"
+    else:
+        held = f"{place.running} running on this server"
+    return f"position {place.position} in the queue; {held}"
+
+
+def format_started(
+    task: Task, place: QueuePlace | None = None, max_running: int | None = None
+) -> str:
+    """Reply to asyncagents_task (launch or resume); `place` for a queued task."""
+    wait = f"To wait for it now, call {_wait_call(task)}."
+    if task.status is TaskStatus.QUEUED and task.resume_count > 0:
+        return (
+            f"Follow-up queued for background task {code_label(task)} ({task.agent}): "
+            f"{task.description} ({queue_state(place, max_running)})\n"
+            "Status: queued. It is sent by itself when a slot frees; you will get a notice with "
+            f"its full response when it answers. {wait}"
+        )
+    if task.status is TaskStatus.QUEUED:
+        return (
+            f"Background task queued: {code_label(task)} ({queue_state(place, max_running)})\n"
+            f"Agent: {task.agent}\nDescription: {task.description}\nStatus: queued\n"
+            "It starts by itself when a slot frees, and you will get a notice in this session "
+            f"when it completes or fails; continue with other work meanwhile. {wait}"
+        )
     if task.resume_count > 0 and task.status is TaskStatus.RESUMED:
         return (
             f"Follow-up sent to background task {code_label(task)} ({task.agent}): "
@@ -164,11 +197,23 @@ def format_started(task: Task) -> str:
     )
 
 
-def format_output(out: OutputResult) -> str:
-    """Reply to asyncagents_output."""
+def format_output(
+    out: OutputResult, place: QueuePlace | None = None, max_running: int | None = None
+) -> str:
+    """Reply to asyncagents_output; `place` for a queued task."""
     task = out.task
     now = now_ms()
     head = f"Task {code_label(task)} [{task.status.value}] {task.agent}: {task.description}"
+    if task.status is TaskStatus.QUEUED:
+        what = "follow-up" if task.resume_count > 0 else "task"
+        lines = [head, f"Waiting in the queue: {queue_state(place, max_running)}."]
+        if out.timed_out:
+            lines.insert(0, f"Still queued after waiting {out.waited_seconds:.0f}s.")
+        lines.append(
+            f"The {what} starts by itself: continue with other work (you will get a notice), "
+            "or call asyncagents_output again with block=true to wait."
+        )
+        return "\n".join(lines)
     if task.status.active:
         p = task.progress
         started = task.turn_started_at or task.created_at
@@ -277,6 +322,17 @@ def _valid_unicode(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+async def _place(manager: TaskManager, task: Task) -> QueuePlace | None:
+    """A queued task's place (None otherwise, or if it cannot be read: the text says less)."""
+    if task.status is not TaskStatus.QUEUED:
+        return None
+    try:
+        return await manager.queue_place(task.id)
+    except TaskError as exc:
+        log.info("the queue place of %s cannot be read: %s", task.id, exc)
+        return None
+
+
 async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> str:
     task = await manager.task(
         session_id,
@@ -286,7 +342,14 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         fork=args.fork,
         resume=args.resume,
     )
-    return format_started(task)
+    place = await _place(manager, task)
+    if task.status is TaskStatus.QUEUED and place is None:
+        # no longer queued: admitted meanwhile (by any manager), so say it started
+        try:
+            task = await manager.store.get(task.id) or task
+        except TaskError as exc:
+            log.info("%s cannot be read again: %s", task.id, exc)
+    return format_started(task, place, manager.config.max_running)
 
 
 async def _output(
@@ -304,7 +367,7 @@ async def _output(
         out = await _unless_interrupted(read(True), interrupt, lambda: read(False))
     else:
         out = await read(args.block)
-    text = format_output(out)
+    text = format_output(out, await _place(manager, out.task), manager.config.max_running)
     if args.wants_conversation and out.task.session_id:
         conversation = await read_conversation(
             manager.backend,

@@ -4,9 +4,10 @@ A mutation reads the stored task inside the store's transaction and declines (re
 when the task is no longer in the state the change was decided on: a late completion can never
 overwrite a cancel or a newer turn, and two managers racing on one task change it once.
 
-Lifecycle: running -> completed | error | cancelled; completed -> resumed -> completed. A
-follow-up (resumed turn) that fails or is cancelled returns the task to ``completed`` with its
-last good result, so it can be resumed again; `Task.error` then says why the follow-up failed.
+Lifecycle: queued -> running -> completed | error | cancelled; completed -> queued -> resumed ->
+completed. A follow-up (resumed turn) that fails or is cancelled returns the task to
+``completed`` with its last good result, so it can be resumed again; `Task.error` then says why
+the follow-up failed. A queued turn leaves the queue by `admitted` (see `admission`).
 """
 
 from __future__ import annotations
@@ -51,14 +52,15 @@ def finished(
     """End the turn once, with its notice for the parent (saved in the same transaction).
 
     With `owner`, only while that manager owns the task (after a takeover, the new owner ends it).
+    A queued turn can end too (its fork could not be prepared).
     """
 
     def mutate(t: Task) -> Outcome:
-        if t.turn != turn or not t.status.active:
+        if t.turn != turn or not t.status.pending:
             return None
         if owner is not None and t.owner is not None and t.owner != owner:
             return None
-        followup = t.status is TaskStatus.RESUMED
+        followup = t.resume_count > 0
         t.completed_at = now_ms()
         _touch(t)
         t.result_retrieved_at = None
@@ -101,17 +103,17 @@ FOLLOWUP_CANCELLED = "the follow-up was cancelled by the parent"
 
 
 def cancelled() -> Mutation:
-    """The parent cancelled the running turn (no notice: the parent did it).
+    """The parent cancelled the queued or running turn (no notice: the parent did it).
 
     A cancelled follow-up returns the task to ``completed`` with its last result.
     """
 
     def mutate(t: Task) -> Outcome:
-        if not t.status.active:
+        if not t.status.pending:
             return None
         t.completed_at = now_ms()
         _touch(t)
-        if t.status is TaskStatus.RESUMED:
+        if t.resume_count > 0:
             t.status = TaskStatus.COMPLETED
             t.error = FOLLOWUP_CANCELLED
         else:
@@ -125,15 +127,17 @@ def cancelled() -> Mutation:
 def resumed(
     prompt: str, after_message_id: str | None, owner: str, message_id: str | None = None
 ) -> Mutation:
-    """A follow-up turn starts on a completed task; the resuming manager becomes its owner.
+    """A follow-up turn of a completed task joins the queue (admission starts it).
 
     `message_id` is the id its prompt is sent with (`models.message_id_after`)."""
 
     def mutate(t: Task) -> Outcome:
         if t.status is not TaskStatus.COMPLETED:
             return None
-        t.status = TaskStatus.RESUMED
+        t.status = TaskStatus.QUEUED
         t.owner = owner
+        t.admitted_at = None
+        t.fork_pending = False
         t.resume_count += 1
         t.turn += 1
         t.last_prompt = prompt
@@ -153,7 +157,7 @@ def retrieved(turn: int) -> Mutation:
     """The parent read the ended turn's result (first read only)."""
 
     def mutate(t: Task) -> Outcome:
-        if t.turn != turn or t.status.active or t.result_retrieved_at is not None:
+        if t.turn != turn or t.status.pending or t.result_retrieved_at is not None:
             return None
         t.result_retrieved_at = now_ms()
         return t, None
@@ -161,12 +165,19 @@ def retrieved(turn: int) -> Mutation:
     return mutate
 
 
-def fork_stats(turn: int, stats: dict[str, object] | None) -> Mutation:
-    """Record what the fork pipeline did for the task's first turn."""
+def fork_prepared(after_message_id: str | None, stats: dict[str, object] | None) -> Mutation:
+    """A forked task's copy of the parent's context is in its session: it may start (or, if it
+    was admitted already, its prompt may be sent).
+
+    `after_message_id` is the injected message (None: nothing to inject); the turn is what
+    follows it.
+    """
 
     def mutate(t: Task) -> Outcome:
-        if t.turn != turn or not t.status.active:
+        if not t.status.pending or not t.fork_pending:
             return None
+        t.fork_pending = False
+        t.turn_after_message_id = after_message_id
         t.fork_stats = stats
         _touch(t)
         return t, None

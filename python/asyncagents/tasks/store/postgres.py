@@ -22,6 +22,7 @@ host; keep the password out of the DSN with a ``~/.pgpass`` file or ``PGPASSWORD
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -31,20 +32,22 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
-from ..models import Notice, Task, TaskStatus
-from .base import ACTIVE_STATUSES, Mutation
+from ..models import Notice, Task, TaskStatus, now_ms
+from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import load_notice, load_task, seconds_to_ms
 
 #: the row of ``asyncagents_meta`` that marks a schema as ours
 APPLICATION = "asyncagents-tasks"
-#: the schema version this code writes and reads
-SCHEMA_VERSION = 1
+#: the schema version this code writes and reads (1: before the admission queue)
+SCHEMA_VERSION = 2
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: "now" in epoch ms on the server, fixed for one statement
 _NOW = "(extract(epoch from statement_timestamp()) * 1000)::bigint"
-_TABLES = frozenset({"asyncagents_meta", "tasks", "notices", "leases"})
+_V1_TABLES = frozenset({"asyncagents_meta", "tasks", "notices", "leases"})
+_TABLES = _V1_TABLES | {"queue_turns"}
 #: text columns sort by code point (``COLLATE "C"``), like Python and SQLite
 _SCHEMA = (
     "CREATE TABLE asyncagents_meta (application TEXT NOT NULL, version INTEGER NOT NULL)",
@@ -63,10 +66,24 @@ _SCHEMA = (
     "CREATE TABLE leases (owner TEXT PRIMARY KEY, backend TEXT NOT NULL, "
     "expires_at BIGINT NOT NULL)",
 )
+#: version 1 -> 2: the admission queue. The columns admission counts by (copies of the task's
+#: fields, written with every change), and each parent's last admission (round robin); a new
+#: schema gets version 1 and this, so both paths end in the same layout
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE tasks ADD COLUMN agent TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN model TEXT",
+    "ALTER TABLE tasks ADD COLUMN ready BOOLEAN NOT NULL DEFAULT TRUE",
+    "CREATE TABLE queue_turns (backend TEXT NOT NULL, parent_session_id TEXT NOT NULL, "
+    "admitted_at BIGINT NOT NULL, PRIMARY KEY (backend, parent_session_id))",
+)
 
 _TASK_COLUMNS = "id, data, backend, owner"
+_SAVE_TASK = (
+    "UPDATE tasks SET parent_session_id = %s, session_id = %s, status = %s, created_at = %s, "
+    "data = %s, backend = %s, owner = %s, agent = %s, model = %s, ready = %s WHERE id = %s"
+)
 _NOTICE_COLUMNS = "id, data, backend, claimed_by, claim_expires_at, next_attempt_at"
-_ACTIVE = sorted(s.value for s in ACTIVE_STATUSES)
+_PENDING = sorted(s.value for s in PENDING_STATUSES)
 
 
 def redact_dsn(dsn: str) -> str:
@@ -209,7 +226,7 @@ class PostgresTaskStore:
             relations = {str(r[0]) for r in await cur.fetchall()}
             if not relations:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-                for statement in _SCHEMA:
+                for statement in (*_SCHEMA, *_MIGRATE_1_TO_2):
                     await conn.execute(statement)  # search_path points at the schema
                 await conn.execute(
                     "INSERT INTO asyncagents_meta (application, version) VALUES (%s, %s)",
@@ -230,12 +247,31 @@ class PostgresTaskStore:
                     )
                 if version == SCHEMA_VERSION and relations == _TABLES:
                     return
+                if version == 1 and relations == _V1_TABLES:
+                    await self._migrate_1_to_2(conn)
+                    return
             names = ", ".join(sorted(relations))
             raise StoreError(
                 f"{self._where}: the schema is not an asyncagents task store (it holds: "
                 f"{names}); it was left untouched. Give PostgresTaskStore another schema= or "
                 "database."
             )
+
+    @staticmethod
+    async def _migrate_1_to_2(conn: psycopg.AsyncConnection[Any]) -> None:
+        """Add the admission columns and table; copy the agent of the pending tasks (read in
+        Python: a row whose JSON is broken must not fail the migration)."""
+        for statement in _MIGRATE_1_TO_2:
+            await conn.execute(statement)
+        cur = await conn.execute("SELECT id, data FROM tasks WHERE status = ANY(%s)", (_PENDING,))
+        for task_id, data in await cur.fetchall():
+            try:
+                agent = json.loads(data).get("agent")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(agent, str):
+                await conn.execute("UPDATE tasks SET agent = %s WHERE id = %s", (agent, task_id))
+        await conn.execute("UPDATE asyncagents_meta SET version = %s", (SCHEMA_VERSION,))
 
     async def close(self) -> None:
         async with self._open_lock:
@@ -288,6 +324,9 @@ class PostgresTaskStore:
             task.model_dump_json(),
             task.backend,
             task.owner,
+            task.agent,
+            task.model,
+            not task.fork_pending,
             task.id,
         )
 
@@ -296,7 +335,8 @@ class PostgresTaskStore:
         await self._execute(
             f"inserting task {task.id}",
             "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
-            "backend, owner, id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            "backend, owner, agent, model, ready, id) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             self._task_values(task),
         )
 
@@ -339,11 +379,7 @@ class PostgresTaskStore:
             self._check_writable(new.parent_session_id, new.session_id, new.backend, new.owner)
             if notice is not None:
                 self._check_writable(notice.id, notice.parent_session_id, notice.backend)
-            await conn.execute(
-                "UPDATE tasks SET parent_session_id = %s, session_id = %s, status = %s, "
-                "created_at = %s, data = %s, backend = %s, owner = %s WHERE id = %s",
-                self._task_values(new),
-            )
+            await conn.execute(_SAVE_TASK, self._task_values(new))
             if notice is not None:
                 await conn.execute(
                     "INSERT INTO notices (parent_session_id, created_at, data, backend, "
@@ -416,6 +452,7 @@ class PostgresTaskStore:
             )
             rows = await cur.fetchall()
             await conn.execute(f"DELETE FROM notices WHERE {where}", args)
+            await conn.execute(f"DELETE FROM queue_turns WHERE {where}", args)
         rows.sort(key=lambda r: (r[4], r[0]), reverse=True)
         return self._tasks(rows)
 
@@ -446,7 +483,7 @@ class PostgresTaskStore:
         # lease; so step 2, a new statement (new snapshot) on rows we now hold, re-checks the
         # lease before taking them.
         what = f"taking over tasks of backend {backend!r} for {owner}"
-        args = {"backend": backend, "active": _ACTIVE, "owner": owner, "limit": max(limit, 0)}
+        args = {"backend": backend, "active": _PENDING, "owner": owner, "limit": max(limit, 0)}
         orphaned = (
             "owner IS DISTINCT FROM %(owner)s AND NOT EXISTS (SELECT 1 FROM leases l "
             f"WHERE l.owner = tasks.owner AND l.expires_at > {_NOW})"
@@ -467,6 +504,130 @@ class PostgresTaskStore:
             )
             rows = await cur.fetchall()
         rows.sort(key=lambda r: (r[4], r[0]))
+        return self._tasks(rows)
+
+    # --- admission -------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _queue_view(conn: psycopg.AsyncConnection[Any], backend: str) -> QueueView:
+        cur = await conn.execute(
+            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner "
+            f"AND l.expires_at > {_NOW}) FROM tasks WHERE backend = %s AND status = ANY(%s)",
+            (backend, _PENDING),
+        )
+        entries = [
+            Entry(
+                id=str(r[0]),
+                parent=str(r[1]),
+                agent=str(r[4]),
+                model=r[5],
+                created_at=int(r[3]),
+                running=r[2] != TaskStatus.QUEUED.value,
+                ready=bool(r[6]),
+                owner=r[7],
+                owner_live=bool(r[8]),
+            )
+            for r in await cur.fetchall()
+        ]
+        cur = await conn.execute(
+            "SELECT parent_session_id, admitted_at FROM queue_turns WHERE backend = %s",
+            (backend,),
+        )
+        turns = {str(r[0]): int(r[1]) for r in await cur.fetchall()}
+        return QueueView(entries=entries, last_admitted=turns)
+
+    async def queue_view(self, backend: str) -> QueueView:
+        async with self._connection(f"reading the queue of backend {backend!r}") as conn:
+            async with conn.transaction():  # one snapshot for both reads
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return await self._queue_view(conn, backend)
+
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+        fresh_ms: int = FRESH_MS,
+    ) -> list[Task]:
+        what = f"admitting queued tasks of backend {backend!r}"
+        out: list[Task] = []
+        # a look without the lock first: most passes at saturation find nothing to start, and
+        # need not queue for the lock every other admitter wants (the locked pass decides)
+        peek = await self.queue_view(backend)
+        if not choose(
+            peek.entries,
+            peek.last_admitted,
+            caps,
+            1,
+            include=include,
+            me=owner,
+            now=now_ms(),
+            fresh_ms=fresh_ms,
+        ):
+            return []
+        async with self._connection(what) as conn, conn.transaction():
+            # every admitter of the backend, on any host, waits here: the counts read below
+            # include every admission committed before (read committed, statement snapshots)
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                (f"asyncagents.admit:{self.schema}:{backend}",),
+            )
+            view = await self._queue_view(conn, backend)
+            now = now_ms()
+            chosen = choose(
+                view.entries,
+                view.last_admitted,
+                caps,
+                limit,
+                include=include,
+                me=owner,
+                now=now,
+                fresh_ms=fresh_ms,
+            )
+            for entry, key in zip(
+                chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
+            ):
+                cur = await conn.execute(
+                    f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (entry.id,)
+                )
+                tasks = self._tasks(await cur.fetchall())
+                changed = admitted(tasks[0], owner, now, include) if tasks else None
+                if changed is None:
+                    continue  # cancelled or cleared since the count (it waited for our lock)
+                await conn.execute(_SAVE_TASK, self._task_values(changed))
+                await conn.execute(
+                    "INSERT INTO queue_turns (backend, parent_session_id, admitted_at) "
+                    "VALUES (%s, %s, %s) ON CONFLICT (backend, parent_session_id) "
+                    "DO UPDATE SET admitted_at = excluded.admitted_at",
+                    (backend, entry.parent, key),
+                )
+                out.append(changed)
+        return out
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        rows = await self._fetch(
+            f"deleting queued task {task_id}",
+            f"DELETE FROM tasks WHERE id = %s AND status = %s RETURNING {_TASK_COLUMNS}",
+            (task_id, TaskStatus.QUEUED.value),
+        )
+        tasks = self._tasks(rows)
+        return tasks[0] if tasks else None
+
+    async def descendants(self, session_id: str) -> list[Task]:
+        rows = await self._fetch(
+            f"reading the task tree of session {session_id}",
+            "WITH RECURSIVE tree(id, session_id) AS ("
+            "SELECT id, session_id FROM tasks WHERE parent_session_id = %s UNION "
+            "SELECT t.id, t.session_id FROM tasks t JOIN tree "
+            "ON t.parent_session_id = tree.session_id) "
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id IN (SELECT id FROM tree) "
+            "ORDER BY created_at, id",
+            (session_id,),
+        )
         return self._tasks(rows)
 
     # --- notices ---------------------------------------------------------------------------------

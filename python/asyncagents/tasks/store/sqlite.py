@@ -24,9 +24,10 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
-from .base import ACTIVE_STATUSES, Mutation
+from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import load_notice, load_task, seconds_to_ms
 
 T = TypeVar("T")
@@ -34,7 +35,7 @@ T = TypeVar("T")
 #: ``PRAGMA application_id`` of an asyncagents task store ("AsAg")
 APPLICATION_ID = 0x41734167
 #: ``PRAGMA user_version`` this code writes; version 1 is the first release's layout (no pragmas)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: the first release's tables, exactly; also the base the current schema is migrated from
 _V1_SCHEMA = (
@@ -69,7 +70,7 @@ _MIGRATE_1_TO_2 = (
     "CREATE TABLE leases (owner TEXT PRIMARY KEY, backend TEXT NOT NULL, "
     "expires_at INTEGER NOT NULL)",
 )
-_CURRENT_TABLES = {
+_V2_TABLES = {
     "tasks": [*_V1_TABLES["tasks"], "backend", "owner"],
     "notices": [
         *_V1_TABLES["notices"],
@@ -80,12 +81,28 @@ _CURRENT_TABLES = {
     ],
     "leases": ["owner", "backend", "expires_at"],
 }
+#: version 2 -> 3: the admission queue. The columns admission counts by (copies of the task's
+#: fields, written with every change), and each parent's last admission (round robin)
+_MIGRATE_2_TO_3 = (
+    "ALTER TABLE tasks ADD COLUMN agent TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN model TEXT",
+    "ALTER TABLE tasks ADD COLUMN ready INTEGER NOT NULL DEFAULT 1",
+    "UPDATE tasks SET agent = coalesce(CASE WHEN json_valid(data) THEN "
+    "CAST(json_extract(data, '$.agent') AS TEXT) END, '')",
+    "CREATE TABLE queue_turns (backend TEXT NOT NULL, parent_session_id TEXT NOT NULL, "
+    "admitted_at INTEGER NOT NULL, PRIMARY KEY (backend, parent_session_id))",
+)
+_CURRENT_TABLES = {
+    **_V2_TABLES,
+    "tasks": [*_V2_TABLES["tasks"], "agent", "model", "ready"],
+    "queue_turns": ["backend", "parent_session_id", "admitted_at"],
+}
 
 #: ``data`` travels as UTF-8 bytes both ways (SQLite converts to and from TEXT): no Python-side
 #: decode or encode of a large record while holding the interpreter lock
 _TASK_COLUMNS = "id, CAST(data AS BLOB), backend, owner"
 _NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at, next_attempt_at"
-_ACTIVE = tuple(sorted(s.value for s in ACTIVE_STATUSES))
+_PENDING = tuple(sorted(s.value for s in PENDING_STATUSES))
 
 
 def _json(record: Task | Notice) -> bytes:
@@ -192,7 +209,10 @@ class SQLiteTaskStore:
                     if version == 0:
                         for statement in _V1_SCHEMA:
                             db.execute(statement)
-                    for statement in _MIGRATE_1_TO_2:
+                    if version <= 1:
+                        for statement in _MIGRATE_1_TO_2:
+                            db.execute(statement)
+                    for statement in _MIGRATE_2_TO_3:
                         db.execute(statement)
                     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -229,7 +249,8 @@ class SQLiteTaskStore:
             pause = min(pause * 2, 0.05)
 
     def _check(self, db: sqlite3.Connection) -> int:
-        """The file's schema version: 0 empty, 1 first release, 2 current; else `StoreError`."""
+        """The file's schema version: 0 empty, 1 first release, 2, 3 current; else
+        `StoreError`."""
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
         version = db.execute("PRAGMA user_version").fetchone()[0]
         objects = db.execute(
@@ -249,6 +270,8 @@ class SQLiteTaskStore:
                 )
             if version == SCHEMA_VERSION and tables == _CURRENT_TABLES:
                 return SCHEMA_VERSION
+            if version == 2 and tables == _V2_TABLES:
+                return 2
         elif app_id == 0 and version == 0:
             if not objects:
                 return 0
@@ -294,7 +317,19 @@ class SQLiteTaskStore:
             _json(task),
             task.backend,
             task.owner,
+            task.agent,
+            task.model,
+            0 if task.fork_pending else 1,
             task.id,
+        )
+
+    @staticmethod
+    def _save_task(db: sqlite3.Connection, task: Task) -> None:
+        db.execute(
+            "UPDATE tasks SET parent_session_id = ?, session_id = ?, status = ?, "
+            "created_at = ?, data = CAST(? AS TEXT), backend = ?, owner = ?, agent = ?, "
+            "model = ?, ready = ? WHERE id = ?",
+            SQLiteTaskStore._task_values(task),
         )
 
     @staticmethod
@@ -319,7 +354,8 @@ class SQLiteTaskStore:
         def work(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
-                "backend, owner, id) VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?)",
+                "backend, owner, agent, model, ready, id) "
+                "VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?)",
                 self._task_values(task),
             )
 
@@ -356,11 +392,7 @@ class SQLiteTaskStore:
             if out is None:
                 return None
             new, notice = out
-            db.execute(
-                "UPDATE tasks SET parent_session_id = ?, session_id = ?, status = ?, "
-                "created_at = ?, data = CAST(? AS TEXT), backend = ?, owner = ? WHERE id = ?",
-                self._task_values(new),
-            )
+            self._save_task(db, new)
             if notice is not None:
                 self._save_notice(db, notice)
             return new, notice
@@ -420,6 +452,7 @@ class SQLiteTaskStore:
             ).fetchall()
             db.execute(f"DELETE FROM tasks WHERE {where}", args)
             db.execute(f"DELETE FROM notices WHERE {where}", args)
+            db.execute(f"DELETE FROM queue_turns WHERE {where}", args)
             return self._tasks(rows)
 
         return await self._write(f"deleting the tasks of parent {parent_session_id}", work)
@@ -445,17 +478,146 @@ class SQLiteTaskStore:
     async def take_over(self, owner: str, backend: str, limit: int = 500) -> list[Task]:
         def work(db: sqlite3.Connection) -> list[Task]:
             rows = db.execute(
-                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = ? AND status IN (?, ?) "
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = ? AND status IN (?, ?, ?) "
                 "AND (owner IS NULL OR owner != ?) AND NOT EXISTS (SELECT 1 FROM leases "
                 "WHERE leases.owner = tasks.owner AND leases.expires_at > ?) "
                 "ORDER BY created_at, id LIMIT ?",
-                (backend, *_ACTIVE, owner, now_ms(), max(limit, 0)),
+                (backend, *_PENDING, owner, now_ms(), max(limit, 0)),
             ).fetchall()
             # broken rows are taken too (and skipped in the answer), so they never fill `limit`
             db.executemany("UPDATE tasks SET owner = ? WHERE id = ?", [(owner, r[0]) for r in rows])
             return self._tasks([(r[0], r[1], r[2], owner) for r in rows])
 
         return await self._write(f"taking over tasks of backend {backend!r} for {owner}", work)
+
+    # --- admission -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _queue_view(db: sqlite3.Connection, backend: str) -> QueueView:
+        rows = db.execute(
+            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?) "
+            "FROM tasks WHERE backend = ? AND status IN (?, ?, ?)",
+            (now_ms(), backend, *_PENDING),
+        ).fetchall()
+        entries = [
+            Entry(
+                id=r[0],
+                parent=r[1],
+                agent=r[4],
+                model=r[5],
+                created_at=r[3],
+                running=r[2] != TaskStatus.QUEUED.value,
+                ready=bool(r[6]),
+                owner=r[7],
+                owner_live=bool(r[8]),
+            )
+            for r in rows
+        ]
+        turns = db.execute(
+            "SELECT parent_session_id, admitted_at FROM queue_turns WHERE backend = ?", (backend,)
+        ).fetchall()
+        return QueueView(entries=entries, last_admitted={r[0]: r[1] for r in turns})
+
+    async def queue_view(self, backend: str) -> QueueView:
+        return await self._run(
+            f"reading the queue of backend {backend!r}", lambda db: self._queue_view(db, backend)
+        )
+
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+        fresh_ms: int = FRESH_MS,
+    ) -> list[Task]:
+        def work(db: sqlite3.Connection) -> list[Task]:
+            view = self._queue_view(db, backend)
+            now = now_ms()
+            chosen = choose(
+                view.entries,
+                view.last_admitted,
+                caps,
+                limit,
+                include=include,
+                me=owner,
+                now=now,
+                fresh_ms=fresh_ms,
+            )
+            out: list[Task] = []
+            for entry, key in zip(
+                chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
+            ):
+                row = db.execute(
+                    f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (entry.id,)
+                ).fetchone()
+                task = None if row is None else self._task(row)
+                changed = None if task is None else admitted(task, owner, now, include)
+                if changed is None:
+                    continue
+                self._save_task(db, changed)
+                db.execute(
+                    "INSERT INTO queue_turns (backend, parent_session_id, admitted_at) "
+                    "VALUES (?, ?, ?) ON CONFLICT (backend, parent_session_id) "
+                    "DO UPDATE SET admitted_at = excluded.admitted_at",
+                    (backend, entry.parent, key),
+                )
+                out.append(changed)
+            return out
+
+        def anything(db: sqlite3.Connection) -> bool:
+            view = self._queue_view(db, backend)
+            return bool(
+                choose(
+                    view.entries,
+                    view.last_admitted,
+                    caps,
+                    1,
+                    include=include,
+                    me=owner,
+                    now=now_ms(),
+                    fresh_ms=fresh_ms,
+                )
+            )
+
+        # a look without the write lock first: most passes at saturation find nothing to start,
+        # and need not queue for the lock every other process wants (the locked pass decides)
+        if not await self._run(f"reading the queue of backend {backend!r}", anything):
+            return []
+        return await self._write(f"admitting queued tasks of backend {backend!r}", work)
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        def work(db: sqlite3.Connection) -> Task | None:
+            row = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ? AND status = ?",
+                (task_id, TaskStatus.QUEUED.value),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+            db.execute("DELETE FROM notices WHERE json_valid(data) AND "
+                       "json_extract(data, '$.task_id') = ?", (task_id,))  # fmt: skip
+            return self._task(row)
+
+        return await self._write(f"deleting queued task {task_id}", work)
+
+    async def descendants(self, session_id: str) -> list[Task]:
+        def work(db: sqlite3.Connection) -> list[Task]:
+            rows = db.execute(
+                "WITH RECURSIVE tree(id, session_id) AS ("
+                "SELECT id, session_id FROM tasks WHERE parent_session_id = ? UNION "
+                "SELECT t.id, t.session_id FROM tasks t JOIN tree "
+                "ON t.parent_session_id = tree.session_id) "
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id IN (SELECT id FROM tree) "
+                "ORDER BY created_at, id",
+                (session_id,),
+            ).fetchall()
+            return self._tasks(rows)
+
+        return await self._run(f"reading the task tree of session {session_id}", work)
 
     # --- notices ---------------------------------------------------------------------------------
 
