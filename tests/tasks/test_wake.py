@@ -75,33 +75,63 @@ def _task(**kw: object) -> Task:
     return Task.model_validate({**base, **kw})
 
 
+ZERO = "Usage: 0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00."
+
+
 def test_notice_texts_are_exact() -> None:
-    done = _task(status=TaskStatus.COMPLETED, result="All good.")
+    done = _task(
+        status=TaskStatus.COMPLETED,
+        result="All good.",
+        usage={
+            "input_tokens": 1200,
+            "output_tokens": 300,
+            "reasoning_tokens": 40,
+            "cache_read_tokens": 5000,
+            "cache_write_tokens": 7,
+            "cost": 0.01234,
+        },
+    )
     assert format_notice("ntc_1", done, NoticeKind.COMPLETED) == (
         "[asyncagents notice ntc_1]\nBackground task tsk_1 completed: look around\n"
         'Result:\nAll good.\n\nRead it again with asyncagents_output(task_id="tsk_1"). '
-        'Continue it with asyncagents_task(resume="tsk_1", prompt=...).'
+        'Continue it with asyncagents_task(resume="tsk_1", prompt=...).\n'
+        "Usage: 6,547 tokens (input 1,200, output 300, reasoning 40, cache read 5,000, cache "
+        "write 7), $0.0123."
     )
     failed = _task(status=TaskStatus.ERROR, error="APIError: boom", is_forked=True)
     assert format_notice("ntc_2", failed, NoticeKind.ERROR) == (
         "[asyncagents notice ntc_2]\nBackground task tsk_1 (forked) failed: look around\n"
         'Error: APIError: boom\nRead it again with asyncagents_output(task_id="tsk_1"). '
-        "Start a new asyncagents_task to try again."
+        f"Start a new asyncagents_task to try again.\n{ZERO}"
     )
-    answered = _task(status=TaskStatus.COMPLETED, result="More.", resume_count=1)
+    answered = _task(
+        status=TaskStatus.COMPLETED,
+        result="More.",
+        resume_count=1,
+        usage={"input_tokens": 30, "output_tokens": 12, "cost": 2.5},
+        turn_usage={"input_tokens": 20, "output_tokens": 2, "cost": 0.5},
+    )
     assert format_notice("ntc_3", answered, NoticeKind.RESUME_COMPLETED) == (
         "[asyncagents notice ntc_3]\nBackground task tsk_1 (resumed) answered your follow-up: "
         "look around\nFull response:\nMore.\n\n"
-        'Read it again with asyncagents_output(task_id="tsk_1").'
+        'Read it again with asyncagents_output(task_id="tsk_1").\n'
+        "Usage: this turn 22 tokens (input 20, output 2, reasoning 0, cache read 0, cache write "
+        "0), $0.50; all turns 42 tokens (input 30, output 12, reasoning 0, cache read 0, cache "
+        "write 0), $2.50."
     )
     followup_failed = _task(
         status=TaskStatus.COMPLETED, result="Old.", resume_count=1, error="APIError: boom"
+    )
+    zero_turns = ZERO.replace("Usage: ", "Usage: this turn ").replace(
+        "$0.00.",
+        "$0.00; all turns 0 tokens (input 0, output 0, reasoning 0, cache read 0, "
+        "cache write 0), $0.00.",
     )
     assert format_notice("ntc_4", followup_failed, NoticeKind.RESUME_FAILED) == (
         "[asyncagents notice ntc_4]\nBackground task tsk_1 (resumed) could not answer your "
         "follow-up: look around\nError: APIError: boom\nThe task is completed again and keeps "
         'its previous result. Read it again with asyncagents_output(task_id="tsk_1"). Resume it '
-        'with asyncagents_task(resume="tsk_1", prompt=...).'
+        f'with asyncagents_task(resume="tsk_1", prompt=...).\n{zero_turns}'
     )
 
 

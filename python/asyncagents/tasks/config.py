@@ -51,3 +51,37 @@ class TaskManagerConfig(BaseModel):
     #: None: only on the in-process backend (nobody else can read its sessions); on a real
     #: server they stay, for the user to open
     delete_cleared_sessions: bool | None = None
+    # -- runaway guards (None: off); docs/limits.md says why each default --------------------
+    max_runtime: float | None = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds one turn of a task may run, from its start, before it is stopped.",
+    )
+    idle_timeout: float | None = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds a running turn may go without a new message, part or tool "
+        "progress, even while the server says it is busy (a hung model stream), before it is "
+        "stopped.",
+    )
+    max_tool_calls: int | None = Field(
+        default=200, ge=1, description="Tool calls one turn of a task may make."
+    )
+    max_cost: float | None = Field(
+        default=10.0,
+        gt=0,
+        description="USD a task, and all the tasks of one top-level session's tree together, "
+        "may cost before the running ones are stopped.",
+    )
+    max_tokens: int | None = Field(
+        default=10_000_000,
+        ge=1,
+        description="Tokens (input, output, reasoning, cache read and write) a task may use "
+        "over all its turns.",
+    )
+    notice_result_chars: int = Field(
+        default=4000,
+        ge=100,
+        description="Characters of results one notice delivery carries at most (head and "
+        "tail kept); asyncagents_output reads the rest.",
+    )

@@ -128,6 +128,7 @@ class Launcher:
         await self._backend.prompt_async(task.session_id, self.request(task, text))
         run.after_message_id = after
         run.prompt_sent = True
+        run.progressed()  # the idle clock starts with the turn
         out = await self._recorder.apply(
             task.id, started(task.turn, after), "task.updated", background=True
         )

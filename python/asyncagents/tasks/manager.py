@@ -40,10 +40,11 @@ from .errors import (
     TaskNotRunningError,
     TaskRequestError,
 )
+from .guards import checked_limits
 from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
-from .models import OutputResult, Task, TaskStatus, new_id
+from .models import OutputResult, Task, TaskLimits, TaskStatus, new_id
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
@@ -237,8 +238,12 @@ class TaskManager:
         description: str | None = None,
         fork: bool = False,
         resume: str | None = None,
+        limits: TaskLimits | None = None,
     ) -> Task:
         """Launch a task (or resume one, by id or unique id prefix) and return it at once.
+
+        `limits` lower the config's runaway guards for this task (a value above the config's
+        is refused with a `TaskRequestError`).
 
         The child session is created and the task stored here (a down server raises a
         `BackendError`, a failing store a `StoreError`, and nothing is left behind); the fork
@@ -250,11 +255,14 @@ class TaskManager:
             raise ForkResumeConflictError()
         if not prompt or not prompt.strip():
             raise TaskRequestError("prompt is empty: give the sub-agent its full instructions.")
+        asked = checked_limits(self.config, limits)
         if resume:
-            return await self._resume(parent_session_id, resume, prompt)
+            return await self._resume(parent_session_id, resume, prompt, limits)
         if not agent:
             raise TaskRequestError("agent is required for a new task.")
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
+        # a task started by a child of another task belongs to that task's tree
+        parent_task = await self.store.find_by_session(parent_session_id)
         session = await self.backend.create_session(
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
         )
@@ -270,6 +278,9 @@ class TaskManager:
             is_forked=fork,
             backend=self.backend_name,
             owner=self.instance_id,
+            depth=1 if parent_task is None else parent_task.depth + 1,
+            root_session_id=parent_session_id if parent_task is None else parent_task.tree_id,
+            limits=asked,
         )
         try:
             await self.store.insert(task)
@@ -310,7 +321,7 @@ class TaskManager:
             waited = loop.time() - begin
             task = await self._resolve(task.id, parent_session_id)
         if task.status.active:
-            task.progress = await self.watcher.fresh_progress(task)
+            task = await self.watcher.fresh(task)
         elif task.result_retrieved_at is None:
             try:
                 marked = await self.recorder.apply(task.id, retrieved(task.turn), "task.updated")
@@ -428,7 +439,9 @@ class TaskManager:
             raise TaskNotFoundError(task_id)
         return task
 
-    async def _resume(self, parent_session_id: str, task_id: str, prompt: str) -> Task:
+    async def _resume(
+        self, parent_session_id: str, task_id: str, prompt: str, limits: TaskLimits | None
+    ) -> Task:
         task = await self._resolve(task_id, parent_session_id)
         if task.status is TaskStatus.RESUMED:
             raise TaskBeingResumedError(task.id)
@@ -443,7 +456,7 @@ class TaskManager:
             raise SessionExpiredError(task.id, task.session_id) from None
         after = str(last[-1]["info"]["id"]) if last else None
         out = await self.recorder.apply(
-            task.id, resumed(prompt, after, self.instance_id), "task.resumed"
+            task.id, resumed(prompt, after, self.instance_id, limits), "task.resumed"
         )
         if out is None:
             current = await self._resolve(task.id, parent_session_id)

@@ -19,6 +19,7 @@ from ..plain import surrogate_free
 from .conversation import read_conversation
 from .errors import TaskError
 from .models import OutputResult, Task, TaskStatus, now_ms
+from .notices import usage_line
 from .tool_args import (
     DEFAULT_OUTPUT_TIMEOUT_SECONDS,
     MAX_OUTPUT_TIMEOUT_SECONDS,
@@ -32,6 +33,7 @@ from .tool_args import (
     parse_arguments,
     tool_parameters,
 )
+from .usage import usage_compact
 
 if TYPE_CHECKING:
     from .manager import TaskManager
@@ -160,7 +162,11 @@ def format_started(task: Task) -> str:
 
 
 def format_output(out: OutputResult) -> str:
-    """Reply to asyncagents_output."""
+    """Reply to asyncagents_output; its last line is the task's tokens and cost."""
+    return f"{_output_text(out)}\n{usage_line(out.task)}"
+
+
+def _output_text(out: OutputResult) -> str:
     task = out.task
     now = now_ms()
     head = f"Task {task.label} [{task.status.value}] {task.agent}: {task.description}"
@@ -200,7 +206,10 @@ def format_list(tasks: list[Task]) -> str:
         return EMPTY_LIST
     lines = ["Background tasks (newest first):"]
     for task in tasks:
-        lines.append(f"- {task.label} [{task.status.value}] {task.agent}: {task.description}")
+        lines.append(
+            f"- {task.label} [{task.status.value}] {task.agent}: {task.description} "
+            f"({usage_compact(task.usage)})"
+        )
     return "\n".join(lines)
 
 
@@ -270,6 +279,7 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         description=args.description,
         fork=args.fork,
         resume=args.resume,
+        limits=args.limits,
     )
     return format_started(task)
 
