@@ -18,7 +18,7 @@ from asyncagents.tasks import (
     TaskStatus,
 )
 from asyncagents.tasks.models import Notice
-from asyncagents.tasks.notices import format_delivery, format_notice, running_line
+from asyncagents.tasks.notices import build_notice, format_delivery, format_notice, running_line
 from parent_notices import deliveries_in, notices_in
 from polling import until
 from tasks_script import Script
@@ -268,3 +268,70 @@ async def test_an_answered_wake_whose_reply_was_lost_is_not_sent_again(script: S
 
 async def _none_pending(manager: TaskManager) -> bool:
     return not await manager.store.notices()
+
+
+def _done(task_id: str, result: str) -> Task:
+    return _task(id=task_id, status=TaskStatus.COMPLETED, result=result)
+
+
+def _cut_line(task_id: str, total: int) -> str:
+    return (
+        f"The result above is cut; it has {total:,} characters. Read all of it with "
+        f'`asyncagents_output(task_id="{task_id}")`.'
+    )
+
+
+def test_a_notice_carries_a_bounded_head_and_tail_of_the_result() -> None:
+    result = "a" * 3500 + "b" * 1500
+    text = format_notice("ntc_1", _done("tsk_1", result), NoticeKind.COMPLETED, 4000)
+    assert (
+        "Result:\n" + "a" * 3200 + "\n...[truncated 1000 chars]...\n" + "b" * 800 + "\n"
+        f"{_cut_line('tsk_1', 5000)}\n\nRead it again with"
+    ) in text
+    fits = format_notice("ntc_2", _done("tsk_2", "c" * 4000), NoticeKind.COMPLETED, 4000)
+    assert "Result:\n" + "c" * 4000 + "\n\nRead it again with" in fits
+
+
+def test_a_delivery_of_many_notices_is_bounded_as_a_whole() -> None:
+    results = {"tsk_a": "a" * 3000, "tsk_b": "b" * 100, "tsk_c": "c" * 2000 + "C" * 3000}
+    notices = [
+        build_notice(f"ntc_{tid}", _done(tid, result), NoticeKind.COMPLETED, 4000)
+        for tid, result in results.items()
+    ]
+    text = format_delivery(notices, 0, 4000)
+    # 4,000 characters shared: the short one whole, the two others 1,950 each
+    assert "Result:\n" + "b" * 100 + "\n\nRead it again" in text
+    assert (
+        "Result:\n" + "a" * 1560 + "\n...[truncated 1050 chars]...\n" + "a" * 390 + "\n"
+        f"{_cut_line('tsk_a', 3000)}\n\n"
+    ) in text
+    assert (
+        "Result:\n" + "c" * 1560 + "\n...[truncated 3050 chars]...\n" + "C" * 390 + "\n"
+        f"{_cut_line('tsk_c', 5000)}\n\n"
+    ) in text
+    assert [text.index(f"[asyncagents notice ntc_{tid}]") >= 0 for tid in results]
+    assert text.endswith("\n\nYou have no background tasks still running.")
+    # a delivery that fits is left as it is
+    assert format_delivery(notices[1:2], 0, 4000) == notices[1].text + "\n\n" + running_line(0)
+
+
+@pytest.mark.parametrize("wake_manager", ["all_done"], indirect=True)
+async def test_an_all_done_batch_carries_at_most_the_notice_bound(
+    wake_manager: TaskManager, backend: InProcessBackend, script: Script
+) -> None:
+    parent = await _parent(backend)
+    tasks = [
+        await wake_manager.task(parent, f"[sleep] {i}" + "x" * 3000, "explore", f"t{i}")
+        for i in range(3)
+    ]
+    for task in tasks:
+        await wake_manager.output(task.id, block=True, timeout=5)
+    await until(lambda: len(_bodies(backend, parent)) == 1, what="the one wake")
+    wake = _text(_bodies(backend, parent)[0])
+    for task in tasks:
+        assert f"Background task {task.id} completed" in wake
+        assert _cut_line(task.id, 3019) in wake
+    # every result is 3,019 characters; they share 4,000: 1,333, 1,333 and 1,334, of which
+    # the cut keeps 1,066 + 266 and 1,067 + 266
+    assert wake.count("...[truncated 1687 chars]...") == 2
+    assert wake.count("...[truncated 1686 chars]...") == 1
