@@ -16,6 +16,7 @@ from .models import TaskUsage
 
 #: the model key of a message that names none
 UNKNOWN_MODEL = "unknown"
+_ZERO = TaskUsage()
 
 
 def _int(value: Any) -> int:
@@ -80,11 +81,11 @@ class UsageCounter:
             return False
         key = model_key(info)
         old = self._by_message.get(message_id)
-        if old is not None:
-            if (usage.tokens, usage.cost) < (old[0].tokens, old[0].cost):
-                return False
-            if old == (usage, key):
-                return False
+        if old is None:
+            if usage == _ZERO:
+                return False  # nothing to add (yet): a step that is still streaming
+        elif (usage.tokens, usage.cost) < (old[0].tokens, old[0].cost) or old == (usage, key):
+            return False
         self._by_message[message_id] = (usage, key)
         return True
 

@@ -286,9 +286,14 @@ class Watcher:
         ):
             return
         try:
-            await self._recorder.apply(task.id, counted(run.turn, usage), "task.updated")
+            out = await self._store.update(task.id, counted(run.turn, usage))
         except Exception as exc:  # the next check writes them again
             log.info("usage of %s not stored: %s", task.id, exc)
+            return
+        if out is not None and self._registry.get(run.task_id) is run:
+            # listeners get the live progress too (the store keeps it at the turn's end)
+            run.task = out[0]
+            self._recorder.emit("task.updated", out[0].model_copy(update=live_update(run)))
 
     def _over_count_limit(self, run: Run) -> bool:
         usage = run_usage(run)
