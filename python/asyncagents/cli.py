@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from .errors import ForkInputError
 from .fork import build_fork_context
@@ -78,6 +79,67 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         help="how a parent hears of its ended tasks: woken by each notice (default), once all "
         "its tasks are done, or never (the notice is added without a reply)",
     )
+    _limit_options(serve)
+
+
+#: the `TaskManagerConfig` fields `asyncagents serve` takes as options (named as the fields)
+LIMIT_FIELDS = (
+    "max_runtime",
+    "idle_timeout",
+    "max_tool_calls",
+    "max_cost",
+    "max_tokens",
+    "notice_result_chars",
+)
+
+
+def _limit_value(name: str) -> Callable[[str], float | int | None]:
+    """The parser of one limit option: a number (whole for counts), or ``off`` when the field
+    may be None."""
+    from .tasks.config import TaskManagerConfig
+
+    field = TaskManagerConfig.model_fields[name]
+    whole = field.annotation in (int, int | None)
+    may_be_off = type(None) in getattr(field.annotation, "__args__", ())
+
+    def parse(raw: str) -> float | int | None:
+        text = raw.strip().lower()
+        if text == "off" and may_be_off:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{raw!r} is not a number" + (" (or off)" if may_be_off else "")
+            ) from None
+        if whole:
+            if not value.is_integer():
+                raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number")
+            return int(value)
+        return value
+
+    return parse
+
+
+def _limit_options(serve: argparse.ArgumentParser) -> None:
+    from .tasks.config import TaskManagerConfig
+
+    for name in LIMIT_FIELDS:
+        field = TaskManagerConfig.model_fields[name]
+        unit = "SECONDS" if name in ("max_runtime", "idle_timeout") else "N"
+        unit = "USD" if name == "max_cost" else unit
+        may_be_off = type(None) in getattr(field.annotation, "__args__", ())
+        off = "; off: no limit" if may_be_off else ""
+        default = field.default
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        serve.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=_limit_value(name),
+            metavar=unit,
+            default=argparse.SUPPRESS,
+            help=f"{field.description} (default {shown}{off})",
+        )
 
 
 def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -115,6 +177,11 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"asyncagents serve: {problem}", file=sys.stderr)
         return 2
+    limits = {name: getattr(args, name) for name in LIMIT_FIELDS if hasattr(args, name)}
+    problem = _limits_problem(limits)
+    if problem is not None:
+        print(f"asyncagents serve: {problem}", file=sys.stderr)
+        return 2
     path = default_token_path()
     try:
         token, created = load_or_create_token(path)
@@ -131,8 +198,24 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         store_path=args.store,
         wake=args.wake,
+        limits=limits,
     )
     return serve(options, token)
+
+
+def _limits_problem(limits: dict[str, Any]) -> str | None:
+    """What is wrong with the limit options given, naming the option, or None."""
+    from pydantic import ValidationError
+
+    from .tasks.config import TaskManagerConfig
+
+    try:
+        TaskManagerConfig.model_validate(limits)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        return f"--{name.replace('_', '-')} {limits.get(name)!r}: {err['msg']}"
+    return None
 
 
 def _opencode_url_problem(url: str) -> str | None:

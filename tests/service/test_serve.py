@@ -207,3 +207,76 @@ async def test_wake_goes_to_the_managers_config(tmp_path: Path, wake: str) -> No
         assert manager.backend_name == NO_OPENCODE
     finally:
         await manager.aclose()
+
+
+def test_limit_options_reach_the_managers_config() -> None:
+    from asyncagents.cli import _parser
+
+    args = _parser().parse_args(
+        [
+            "serve", "--opencode", NO_OPENCODE, "--max-runtime", "90", "--idle-timeout", "3",
+            "--max-tool-calls", "7", "--max-cost", "0.5", "--max-tokens", "off",
+            "--notice-result-chars", "500",
+        ]
+    )  # fmt: skip
+    assert (args.max_runtime, args.idle_timeout, args.max_tool_calls) == (90.0, 3.0, 7)
+    assert (args.max_cost, args.max_tokens, args.notice_result_chars) == (0.5, None, 500)
+    assert not hasattr(_parser().parse_args(["serve", "--opencode", NO_OPENCODE]), "max_cost")
+
+
+async def test_limits_go_to_the_managers_config(tmp_path: Path) -> None:
+    from asyncagents.service.server import ServeOptions, build_manager
+
+    options = ServeOptions(
+        opencode_url=NO_OPENCODE,
+        store_path=tmp_path / "tasks.sqlite3",
+        limits={"max_runtime": 90.0, "idle_timeout": 3.0, "max_tokens": None},
+    )
+    manager = build_manager(options)
+    try:
+        config = manager.config
+        assert (config.max_runtime, config.idle_timeout, config.max_tokens) == (90.0, 3.0, None)
+        assert (config.max_tool_calls, config.max_cost, config.notice_result_chars) == (
+            200,
+            10.0,
+            4000,
+        )
+    finally:
+        await manager.aclose()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "line"),
+    [
+        ("--max-runtime", "-3", "--max-runtime -3.0: Input should be greater than 0"),
+        ("--max-tokens", "0", "--max-tokens 0: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_bad_limit_is_refused_before_anything_starts(
+    service: Service, option: str, value: str, line: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "asyncagents", "serve", "--opencode", NO_OPENCODE, option, value],
+        env=service.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"asyncagents serve: {line}\n"
+    assert not service.token_path.exists()  # refused before the token file was made
+
+
+def test_a_limit_that_is_not_a_number_is_refused(service: Service) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "asyncagents", "serve", "--opencode", NO_OPENCODE,
+         "--max-tool-calls", "2.5"],
+        env=service.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.endswith(
+        "asyncagents serve: error: argument --max-tool-calls: '2.5' is not a whole number\n"
+    )

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +47,16 @@ class ServeOptions:
     port: int = DEFAULT_PORT
     store_path: Path | None = None
     wake: WakeMode = "each"
+    #: `TaskManagerConfig` fields given as options (runaway guards, notice size)
+    limits: dict[str, Any] = field(default_factory=dict)
 
 
 def build_manager(options: ServeOptions) -> TaskManager:
     """A `TaskManager` over the OpenCode server at `options.opencode_url`, SQLite store."""
     backend = OpenCodeBackend(options.opencode_url)
     store = SQLiteTaskStore(options.store_path or default_store_path())
-    return TaskManager(backend, store, TaskManagerConfig(wake=options.wake))
+    config = TaskManagerConfig.model_validate({"wake": options.wake, **options.limits})
+    return TaskManager(backend, store, config)
 
 
 class _Server(uvicorn.Server):
