@@ -17,7 +17,7 @@ The last user message carries tags that script the reply:
 - ``[fake:wake-output]`` in any user message of the session: a later user message holding an
   ``[asyncagents notice`` (the parent woken by its task's notice) makes the model call
   ``asyncagents_output`` for the first task id in it, then reply ``"Child result: "`` and the
-  text after ``Result:\n`` in that tool's output.
+  text after ``Result:\n`` in that tool's output (up to its usage line).
 
 - ``[fake:hang=N]``: the stream starts, then nothing comes for N seconds (a hung provider);
 - ``[fake:loop]``: every step calls ``bash`` again, one second after the request (a tool loop
@@ -180,6 +180,7 @@ class FakeModel:
             if after_tool:
                 output = "\n".join(_tool_outputs(messages))
                 result = output.split("Result:\n", 1)[1] if "Result:\n" in output else output
+                result = result.split("\nUsage: ", 1)[0]  # the output's last line
                 return self._stream(h, ["Child result: " + result.strip()])
             task_id = re.search(r"tsk_[0-9a-f]+", last_user)
             arguments = {"task_id": task_id.group(0) if task_id else ""}

@@ -193,7 +193,7 @@ async def test_list_cancel_and_clear_through_the_plugin(
     task_id = started_task_id(started)
     await say_to(oc, parent, call("asyncagents_list", {}))
     assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == (
-        f"Background tasks (newest first):\n- {task_id} [running] build: slow one"
+        f"Background tasks (newest first):\n- {task_id} [running] build: slow one (0 tokens, $0.00)"
     )
     await say_to(oc, parent, call("asyncagents_list", {"status": "completed"}))
     assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == "No background tasks found"
