@@ -234,6 +234,18 @@ async def test_the_tasks_of_a_tree_share_max_cost(backend: OpenCodeBackend, pare
         )
         await _stopped_once(manager, backend, second, parent, reason)
         await _stopped_once(manager, backend, first, parent, reason)
+        # the tree's budget is spent: no new task starts in it, another tree is not concerned
+        text = await run_tool(
+            manager, parent, "asyncagents_task", {"prompt": "more", "agent": "general"}
+        )
+        assert text == (
+            f"Error: the tasks of session `{parent}` have cost $1.25 together, which reaches "
+            "this service's max_cost of $1.00; no more tasks can start or resume in this tree."
+        )
+        assert len(await manager.list(parent)) == 2
+        other = str((await backend.create_session(title="other"))["id"])
+        elsewhere = await manager.task(other, "[sleep:0.05] fine", "general", "elsewhere")
+        assert (await _ended(manager, elsewhere)).status is TaskStatus.COMPLETED
     finally:
         await manager.close()
 

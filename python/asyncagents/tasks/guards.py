@@ -148,6 +148,10 @@ class TreeSpend:
         costs = await self._costs(task.tree_id)
         return sum(c for tid, c in costs.items() if tid != task.id) + live.cost
 
+    async def total(self, root: str) -> float:
+        """The stored cost of every task of the tree of `root`."""
+        return sum((await self._costs(root)).values())
+
     async def _costs(self, root: str) -> dict[str, float]:
         now = time.monotonic()
         cached = self._cache.get(root)

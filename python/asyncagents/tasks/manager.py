@@ -39,6 +39,7 @@ from .errors import (
     TaskNotFoundError,
     TaskNotRunningError,
     TaskRequestError,
+    TreeBudgetSpentError,
 )
 from .guards import checked_limits
 from .inprocess import InProcessBackend
@@ -52,6 +53,7 @@ from .registry import RunRegistry
 from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import cancelled, resumed, retrieved, started
+from .usage import usd
 from .watcher import STALLED, Watcher, abort_quietly
 
 __all__ = [
@@ -263,6 +265,9 @@ class TaskManager:
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
         # a task started by a child of another task belongs to that task's tree
         parent_task = await self.store.find_by_session(parent_session_id)
+        await self._check_tree_budget(
+            parent_session_id if parent_task is None else parent_task.tree_id
+        )
         session = await self.backend.create_session(
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
         )
@@ -439,6 +444,16 @@ class TaskManager:
             raise TaskNotFoundError(task_id)
         return task
 
+    async def _check_tree_budget(self, root: str) -> None:
+        """Refuse a turn in a tree whose tasks have used up `max_cost` (it would be stopped at
+        its first check)."""
+        limit = self.config.max_cost
+        if limit is None:
+            return
+        spent = await self.watcher.tree.total(root)
+        if spent >= limit:
+            raise TreeBudgetSpentError(root, usd(spent), usd(limit))
+
     async def _resume(
         self, parent_session_id: str, task_id: str, prompt: str, limits: TaskLimits | None
     ) -> Task:
@@ -449,6 +464,7 @@ class TaskManager:
             raise TaskNotCompletedError(task.id, task.status.value)
         if not task.session_id:
             raise SessionExpiredError(task.id, None)
+        await self._check_tree_budget(task.tree_id)
         try:
             await self.backend.get_session(task.session_id)
             last = await self.backend.messages(task.session_id, limit=1)

@@ -81,7 +81,7 @@ class Watcher:
         self._on_connect_hook = on_connect
         self.events = EventFollower(backend, self.on_event, on_connect=self._on_connect)
         # only tasks above max_depth (added with the admission queue; 1 until then) have trees
-        self._tree = TreeSpend(
+        self.tree = TreeSpend(
             store, min(config.poll_interval, 5.0), int(getattr(config, "max_depth", 1))
         )
         self._loop_task: asyncio.Task[None] | None = None
@@ -253,7 +253,7 @@ class Watcher:
         reason = count_reason(limits, run.progress.tool_calls, total)
         if reason is None and limits.tree_max_cost is not None:
             try:
-                tree = await self._tree.cost(task, total)
+                tree = await self.tree.cost(task, total)
             except Exception as exc:  # a store that fails once may answer next time
                 log.info("tree cost of %s not read: %s", task.id, exc)
             else:
