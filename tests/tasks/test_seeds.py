@@ -27,7 +27,6 @@ from parent_notices import notices_in
 from polling import until
 from tasks_script import Script
 
-
 NO_TOKENS = "0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00"
 
 
