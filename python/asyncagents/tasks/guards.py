@@ -130,7 +130,8 @@ def runtime_exceeded(limits: Limits, started_at_ms: int | None, now_ms: int) -> 
 
 
 class TreeSpend:
-    """The stored cost of each tree's tasks, read at most once per `ttl` s per tree.
+    """The stored cost of each tree's tasks, read at most once per `ttl` s per tree (and
+    again after `forget`: this manager stored a new cost in the tree).
 
     Only tasks of depth below `max_depth` may have started tasks of their own, so only their
     sessions are looked under (with the default depth 1, a tree is one indexed read).
@@ -149,8 +150,13 @@ class TreeSpend:
         return sum(c for tid, c in costs.items() if tid != task.id) + live.cost
 
     async def total(self, root: str) -> float:
-        """The stored cost of every task of the tree of `root`."""
+        """The stored cost of every task of the tree of `root`, read now."""
+        self.forget(root)
         return sum((await self._costs(root)).values())
+
+    def forget(self, root: str) -> None:
+        """The costs of the tree of `root` changed: read them again at the next question."""
+        self._cache.pop(root, None)
 
     async def _costs(self, root: str) -> dict[str, float]:
         now = time.monotonic()

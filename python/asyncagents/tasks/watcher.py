@@ -80,10 +80,9 @@ class Watcher:
         self._on_session_deleted = on_session_deleted
         self._on_connect_hook = on_connect
         self.events = EventFollower(backend, self.on_event, on_connect=self._on_connect)
-        # only tasks above max_depth (added with the admission queue; 1 until then) have trees
-        self.tree = TreeSpend(
-            store, min(config.poll_interval, 5.0), int(getattr(config, "max_depth", 1))
-        )
+        # only tasks above max_depth (added with the admission queue; 1 until then) have trees;
+        # other workers' costs are read every 5 s at most, this one's as it stores them
+        self.tree = TreeSpend(store, 5.0, int(getattr(config, "max_depth", 1)))
         self._loop_task: asyncio.Task[None] | None = None
         self._running = False
 
@@ -290,6 +289,8 @@ class Watcher:
         except Exception as exc:  # the next check writes them again
             log.info("usage of %s not stored: %s", task.id, exc)
             return
+        if out is not None:
+            self.tree.forget(out[0].tree_id)
         if out is not None and self._registry.get(run.task_id) is run:
             # listeners get the live progress too (the store keeps it at the turn's end)
             run.task = out[0]
@@ -325,7 +326,11 @@ class Watcher:
             result_chars=self._config.notice_result_chars,
         )
         out = await self._recorder.apply(task_id, mutate, end_kind, background=True)
-        return None if out is None else out[0]
+        if out is None:
+            return None
+        if usage is not None:
+            self.tree.forget(out[0].tree_id)
+        return out[0]
 
     async def session_gone(self, run: Run) -> None:
         """The child session of a followed run was deleted: end the task, stop its run.
