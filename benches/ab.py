@@ -2,8 +2,8 @@
 objects, so both meet the same heap and the same machine: the A/B for a change to the engine.
 
 Separate processes parse the sessions into different heaps, and from dicts the walk's time moves
-with where the objects lie (see the README), often by more than a change gains. Here both builds
-walk the very same objects, round after round, in alternating order.
+with where the objects lie (see docs/fork-performance.md), often by more than a change gains.
+Here both builds walk the very same objects, round after round, in alternating order.
 
     # build the engine before the change, keep its extension, build after the change
     cp python/asyncagents/_core*.so /tmp/before.so

@@ -13,9 +13,9 @@ objects ahead); the faster of the two is the fastest way we know to make them. S
 `reference / (reads + results' bytes)` is the most an engine could reach against the reference
 from dicts with a render, a compaction slice and a Python wrapper that cost nothing.
 
-Times on the same list passed again (as the README's "dicts" columns), all engines round after
-round in one process. The extension is built on first use with the compiler and flags CPython
-was built with (`sysconfig`), into a cache folder.
+Times on the same list passed again (as the "dicts" columns of docs/benchmarks.md), all engines
+round after round in one process. The extension is built on first use with the compiler and
+flags CPython was built with (`sysconfig`), into a cache folder.
 """
 
 from __future__ import annotations

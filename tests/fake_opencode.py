@@ -35,7 +35,8 @@ added (or until cleared): ``html404`` (a proxy's HTML 404 page), ``status`` (HTT
 default 502, with a proxy's HTML page, or OpenCode's ``UnknownError`` JSON for 500),
 ``not_found`` (OpenCode's NotFoundError JSON), ``drip`` (a JSON body one byte every `interval`
 s), ``endless`` (a JSON body that never ends), ``endless_sse_line`` (an event stream whose first
-line never ends), ``redirect`` (302 to `location`).
+line never ends), ``redirect`` (302 to `location`), ``delay`` (the real answer, after holding the
+request `hold` seconds).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from starlette.types import Receive, Scope, Send
 
 T = TypeVar("T")
 FaultKind = Literal[
-    "html404", "status", "not_found", "drip", "endless", "endless_sse_line", "redirect"
+    "html404", "status", "not_found", "drip", "endless", "endless_sse_line", "redirect", "delay"
 ]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
@@ -142,6 +143,8 @@ class Fault:
     status: int = 502
     interval: float = 0.5
     location: str = "http://127.0.0.1:9/elsewhere"
+    #: how long a ``delay`` fault holds a request before the API answers it
+    hold: float = 3.0
     hits: int = 0
     sent_bytes: int = 0
     #: streamed answers (drip, endless) the client closed before their end
@@ -301,7 +304,9 @@ class _FaultInjector:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope["path"].startswith("/_fake/"):
             fault = self.faults.take(scope["method"], scope["path"])
-            if fault is not None:
+            if fault is not None and fault.kind == "delay":
+                await asyncio.sleep(fault.hold)
+            elif fault is not None:
                 await _fault_response(fault)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -328,6 +333,7 @@ def _prompt_request(body: Any) -> PromptRequest:
         no_reply=bool(body.get("noReply")),
         tools=body.get("tools") or {},
         model=body.get("model"),
+        message_id=body.get("messageID"),
         system=body.get("system"),
     )
 

@@ -42,6 +42,8 @@ class CompactionSlice(NamedTuple):
     detected: bool
     slice_index: int
     tail_messages: int
+    #: messages `keep_last_turns` dropped from what the boundary kept (``fork_turns``)
+    turn_removed: int = 0
 
 
 def view_of(metas: Sequence[MessageMeta]) -> CompactionView:
@@ -85,3 +87,21 @@ def slice_at_compaction(view: CompactionView) -> CompactionSlice:
         kept = [summary_index, *tail, *range(summary_index + 1, view.message_count)]
         return CompactionSlice(kept, True, summary_index, len(tail))
     return CompactionSlice(list(range(view.message_count)), False, -1, 0)
+
+
+def keep_last_turns(
+    sliced: CompactionSlice, is_user: Callable[[int], bool], turns: int | None
+) -> CompactionSlice:
+    """Stage 1's slice cut to start at the `turns`-th newest user message it keeps
+    (``fork_turns``): the last N user turns and what followed them. None keeps all, as does a
+    slice with fewer user messages."""
+    if turns is None:
+        return sliced
+    seen = 0
+    kept = sliced.kept
+    for position in range(len(kept) - 1, -1, -1):
+        if is_user(kept[position]):
+            seen += 1
+            if seen == turns:
+                return sliced._replace(kept=kept[position:], turn_removed=position)
+    return sliced

@@ -30,15 +30,23 @@ class ForkConfig(BaseModel):
     error_patterns: tuple[str, ...] = c.FORK_ERROR_PATTERNS
     head_tail_keywords: tuple[str, ...] = c.FORK_HEAD_TAIL_KEYWORDS
     cleared_marker: str = c.FORK_CLEARED_MARKER
+    #: keep only the last N user turns (and what followed them) of what stage 1 keeps;
+    #: None keeps them all
+    fork_turns: int | None = Field(default=None, ge=1)
+    #: why `char_budget` is what it is (e.g. the child model's context window), said in the
+    #: preamble when set
+    budget_reason: str | None = None
 
     #: set by validation only, so that `checked` knows a `model_construct` result
     _validated: bool = PrivateAttr(default=False)
 
-    @field_validator("error_patterns", "head_tail_keywords", "cleared_marker")
+    @field_validator("error_patterns", "head_tail_keywords", "cleared_marker", "budget_reason")
     @classmethod
-    def _no_lone_surrogates(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    def _no_lone_surrogates(
+        cls, value: str | tuple[str, ...] | None
+    ) -> str | tuple[str, ...] | None:
         """The texts are searched and written as Unicode: a lone surrogate is none."""
-        texts = (value,) if isinstance(value, str) else value
+        texts = () if value is None else (value,) if isinstance(value, str) else value
         if not all(map(surrogate_free, texts)):
             raise ValueError("contains a lone surrogate")
         return value

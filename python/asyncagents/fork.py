@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from . import _core
-from .compaction import CompactionSlice, CompactionView, slice_at_compaction
+from .compaction import CompactionSlice, CompactionView, keep_last_turns, slice_at_compaction
 from .config import DEFAULT_CONFIG, ForkConfig
 from .errors import ForkInputError
 from .models import Message
@@ -67,7 +67,7 @@ def build_fork_context(
     stats_model = ForkStats.model_validate(stats)
     if not context:
         return ForkContext(text="", preamble="", context="", stats=stats_model)
-    preamble = build_preamble(stats_model, config)
+    preamble = build_preamble(stats_model, config, turn_removed=sliced.turn_removed)
     return ForkContext(
         text=preamble + "\n\n" + context, preamble=preamble, context=context, stats=stats_model
     )
@@ -171,6 +171,9 @@ def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
         # stage 1 keeps a message older than the boundary the walk read bodies down to (a
         # marker's summary before it, a repeated tail_start_id): rare, read them all
         session = _core.from_objects(objects, every_body=True)
+    if config.fork_turns is not None:
+        users = frozenset(session.user_indexes())
+        sliced = keep_last_turns(sliced, users.__contains__, config.fork_turns)
     out = session.render(sliced.kept, config)
     stats = {
         "final_count": out.final_count,

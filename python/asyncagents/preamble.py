@@ -8,8 +8,12 @@ from .stats import ForkStats
 _ADVICE = "If you need complete file contents or detailed results, re-read the files directly."
 
 
-def build_preamble(stats: ForkStats, config: ForkConfig) -> str:
-    """The exact preamble of DECISIONS.md for these stats; numbers come from the config."""
+def build_preamble(stats: ForkStats, config: ForkConfig, *, turn_removed: int = 0) -> str:
+    """The exact preamble of DECISIONS.md for these stats; numbers come from the config.
+
+    Two lines beyond the contract's, only where they apply: the user turns ``fork_turns`` kept
+    (`turn_removed` older messages dropped), and why the budget is what it is
+    (``budget_reason``)."""
     tiers = stats.tier_distribution
     lines = [
         "You are working with forked context from a parent agent session.",
@@ -20,6 +24,12 @@ def build_preamble(stats: ForkStats, config: ForkConfig) -> str:
         f"- Tool results: {tiers.tier1} full, {tiers.tier2} truncated to {config.tier2_limit}"
         f" chars, {tiers.tier3} truncated to {config.tier3_limit} chars",
     ]
+    if turn_removed > 0:
+        lines.insert(
+            3,
+            f"- Only the last {config.fork_turns} user turns kept"
+            f" ({turn_removed} earlier messages removed)",
+        )
     if stats.compacted_results > 0:
         lines.append(f"- {stats.compacted_results} tool results were already cleared by compaction")
     if stats.removed_messages > 0:
@@ -31,6 +41,8 @@ def build_preamble(stats: ForkStats, config: ForkConfig) -> str:
         lines.append("- All messages preserved")
     if stats.hard_capped:
         lines.append(f"- The newest message was cut to fit the {config.char_budget} char budget")
+    if config.budget_reason:
+        lines.append(f"- Char budget {config.char_budget}: {config.budget_reason}")
     lines.append(
         "If you need complete file contents or detailed results, re-read the files directly."
     )

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import uvicorn
 from asyncagents.service import begin_drain, create_app
 from asyncagents.service.event_stream import ChangeListener
+from asyncagents.service.server import uvicorn_config
 from asyncagents.tasks import (
     InMemoryTaskStore,
     InProcessBackend,
@@ -149,9 +150,8 @@ class LiveService:
         )
         await self.manager.start()
         self.app = create_app(self.manager, token=TOKEN, manage_manager=False)
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"
-        )
+        # configured as `asyncagents serve` runs it (its protocol can reset a connection)
+        config = uvicorn_config(self.app, "127.0.0.1", 0, lifespan="off")
         self.server = uvicorn.Server(config)
         serving = asyncio.ensure_future(self.server.serve())
         while not self.server.started:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
@@ -101,6 +102,11 @@ async def test_the_routes_check_the_token_without_the_middleware(
         ),
         ("cursor=%%%", "query parameter 'cursor': not a cursor this service returned"),
         ("cursor=WzEsMl0", "query parameter 'cursor': not a cursor this service returned"),
+        pytest.param(
+            "cursor=" + base64.urlsafe_b64encode(b"[" * 5000).decode().rstrip("="),
+            "query parameter 'cursor': not a cursor this service returned",
+            id="cursor-nested-too-deeply",
+        ),
         (
             "color=red",
             "query parameter 'color': unknown; this route takes "
@@ -293,6 +299,29 @@ async def test_cancel_a_running_task_then_409(
     assert ended_one.status_code == 409
 
 
+async def test_every_task_route_takes_full_ids_only(
+    client: httpx.AsyncClient, manager: TaskManager, four: list[Task]
+) -> None:
+    running = four[3]
+    prefix = running.id[:-3]  # unique among the four, but not an id
+    assert [t.id for t in four if t.id.startswith(prefix)] == [running.id]
+    for method, path in (
+        ("GET", f"/v1/tasks/{prefix}"),
+        ("GET", f"/v1/tasks/{prefix}/messages"),
+        ("POST", f"/v1/tasks/{prefix}/cancel"),
+    ):
+        response = await client.request(method, path)
+        assert response.status_code == 404, path
+        assert response.json() == {"error": "not_found", "detail": f"no task {prefix!r}"}
+    assert (await stored(manager, running.id)).status.value == "running"
+    for method, path in (
+        ("GET", f"/v1/tasks/{running.id}"),
+        ("GET", f"/v1/tasks/{running.id}/messages"),
+        ("POST", f"/v1/tasks/{running.id}/cancel"),
+    ):
+        assert (await client.request(method, path)).status_code == 200, path
+
+
 # -- stats ------------------------------------------------------------------------------------
 
 
@@ -428,20 +457,30 @@ async def test_messages_of_a_deleted_child_session_are_404(
     }
 
 
-async def test_a_failing_store_is_503(
-    client: httpx.AsyncClient, manager: TaskManager, monkeypatch: pytest.MonkeyPatch
+async def test_a_failing_store_is_503_and_its_message_stays_in_the_log(
+    client: httpx.AsyncClient,
+    manager: TaskManager,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    secret = "PostgreSQL task store 'host=db.internal user=tasks dbname=agents'"
+
     async def broken(*args: Any, **kwargs: Any) -> list[Task]:
-        raise StoreError("tasks.sqlite3: disk I/O error")
+        raise StoreError(f"{secret}: listing tasks failed: disk I/O error")
 
     monkeypatch.setattr(manager.store, "list_tasks", broken)
     for path in ("/v1/tasks", "/v1/stats"):
+        caplog.clear()
         response = await client.get(path)
         assert response.status_code == 503, path
         assert response.json() == {
             "error": "store_unavailable",
-            "detail": "tasks.sqlite3: disk I/O error",
+            "detail": "The task store failed; the service's log has the details. Try again "
+            "shortly.",
         }
+        assert "db.internal" not in response.text
+        assert f"{secret}: listing tasks failed: disk I/O error" in caplog.text
+        assert f"GET {path}: the task store failed" in caplog.text
 
 
 def _usage(messages: int) -> dict[str, Any]:

@@ -11,9 +11,14 @@ from typing import Any
 import httpx
 import pytest
 from asyncagents.service.api import DashboardApi
-from asyncagents.service.event_stream import (
+from asyncagents.service.event_size import (
+    EVENT_MAX_BYTES,
     EVENT_TEXT_CHARS,
+    SNAPSHOT_TASK_BYTES,
+)
+from asyncagents.service.event_stream import (
     EventHub,
+    HubEvent,
     Subscription,
     TooManySubscribersError,
 )
@@ -162,7 +167,23 @@ async def test_last_event_id_resumes_without_gaps_or_duplicates(source: FakeSour
     assert current.snapshot_calls == 0
 
 
-@pytest.mark.parametrize("last", ["101", "5", "999999", "abc", "", "-3"])
+@pytest.mark.parametrize(
+    "last",
+    [
+        "101",
+        "5",
+        "999999",
+        "abc",
+        "",
+        "-3",
+        "²",
+        "٣",
+        pytest.param("1" * 5000, id="5000-digits"),
+        "9" * 25,
+        "1\x00",
+        "1 2",
+    ],
+)
 async def test_unknown_or_too_old_ids_get_a_fresh_snapshot(source: FakeSource, last: str) -> None:
     hub = hub_on(source, ring_size=3)
     for n in range(1, 7):  # ids 101..106; the ring keeps 104..106
@@ -207,8 +228,10 @@ async def test_a_slow_subscriber_is_dropped_and_resumes(source: FakeSource) -> N
         source.emit("task.updated", make_task(n))
         assert (await fast.next())[0] == str(100 + n)
     assert hub.dropped_count == 1
-    assert hub.subscriber_count == 1
+    # its connection is still open: it keeps its place among max_subscribers until it ends
+    assert hub.subscriber_count == 2
     assert await slow.ended()
+    assert hub.subscriber_count == 1
     # the dropped client reconnects with the last id it read: nothing lost, nothing twice
     back = Reader(hub, hub.subscribe("101"))
     assert [e[0] for e in await back.take(10)] == [str(i) for i in range(102, 112)]
@@ -239,14 +262,18 @@ async def test_events_cut_long_texts_and_name_them(source: FakeSource) -> None:
     reader = Reader(hub, hub.subscribe(), [make_task(1, result=long_result)])
     snapshot = await reader.next()
     [task] = snapshot[2]["tasks"]
-    assert task["result"] == "é" * EVENT_TEXT_CHARS
+    # in a snapshot a task has 16 KiB: 4,000 "é" (6 bytes each as JSON) are cut further
+    assert long_result.startswith(task["result"])
+    assert 2000 < len(task["result"]) < EVENT_TEXT_CHARS
+    assert len(json.dumps(task, separators=(",", ":"))) <= SNAPSHOT_TASK_BYTES
     assert task["truncated"] == ["result"]
     assert task["prompt"] == "prompt 1"
-    source.emit("task.error", make_task(2, prompt="p" * 9000, error="short"))
+    source.emit("task.error", make_task(2, prompt="p" * 9000, error="short", result=long_result))
     event = await reader.next()
-    assert len(event[2]["prompt"]) == EVENT_TEXT_CHARS
+    assert event[2]["prompt"] == "p" * EVENT_TEXT_CHARS
+    assert event[2]["result"] == "é" * EVENT_TEXT_CHARS
     assert event[2]["error"] == "short"
-    assert event[2]["truncated"] == ["prompt"]
+    assert event[2]["truncated"] == ["prompt", "result"]
 
 
 async def test_reconcile_publishes_what_no_listener_reported(source: FakeSource) -> None:
@@ -450,3 +477,151 @@ async def test_streams_opened_at_once_start_one_store_poll(
     api.close()
     await asyncio.sleep(0.1)
     assert polls() == []
+
+
+#: 12 bytes as JSON (an escaped surrogate pair)
+SMILE = "\U0001f600"
+
+
+def _wire(event: HubEvent) -> int:
+    return len(event.encode())
+
+
+@pytest.mark.parametrize("chars", [200_000, 1_000_000])
+async def test_a_huge_description_makes_a_small_event(source: FakeSource, chars: int) -> None:
+    hub = hub_on(source)
+    description = "d" * chars
+    source.emit("task.created", make_task(1, description=description))
+    [event] = list(hub._ring)
+    assert _wire(event) <= EVENT_MAX_BYTES
+    data = json.loads(event.data)
+    assert data["description"] == "d" * EVENT_TEXT_CHARS
+    assert data["truncated"] == ["description"]
+    assert data["prompt"] == "prompt 1" and data["id"] == "tsk_0001"
+
+
+async def test_every_text_field_is_cut_on_code_points_within_64_kib(source: FakeSource) -> None:
+    hub = hub_on(source)
+    # astral characters: 4 bytes in UTF-8, 12 as JSON escapes (a surrogate pair)
+    big = "\U0001f600" * 50_000
+    texts = {
+        "parent_session_id": "ses_" + big,
+        "session_id": "ses_" + big,
+        "prompt": big,
+        "agent": big,
+        "description": "é" + big,
+        "turn_after_message_id": big,
+        "last_prompt": big,
+        "result": big,
+        "error": big,
+        "backend": big,
+        "owner": big,
+    }
+    task = make_task(1, progress=TaskProgress(tool_calls=3, last_tool=big), **texts)
+    source.emit("task.completed", task)
+    [event] = list(hub._ring)
+    assert _wire(event) <= EVENT_MAX_BYTES
+    assert _wire(event) > EVENT_MAX_BYTES - 4096  # cut to fit, not emptied
+    data = json.loads(event.data)
+    expected_cut = {*texts, "progress.last_tool", "label"} - {"label"}
+    assert set(data["truncated"]) == expected_cut
+    for name, value in texts.items():
+        assert value.startswith(data[name]), name  # a prefix: no code point split
+    assert big.startswith(data["progress"]["last_tool"])
+    assert data["progress"]["tool_calls"] == 3
+    assert data["id"] == "tsk_0001"
+    # the same task in a snapshot has 16 KiB
+    reader = Reader(hub, hub.subscribe(), [task])
+    snapshot = await reader.next()
+    [entry] = snapshot[2]["tasks"]
+    assert len(json.dumps(entry, separators=(",", ":"))) <= SNAPSHOT_TASK_BYTES
+    assert set(entry["truncated"]) == expected_cut
+    assert entry["id"] == "tsk_0001"
+
+
+async def test_a_huge_id_is_cut_last(source: FakeSource) -> None:
+    hub = hub_on(source)
+    source.emit("task.created", make_task(1, id="tsk_" + "x" * 9000, description="y" * 9000))
+    data = json.loads(hub._ring[0].data)
+    assert data["id"] == ("tsk_" + "x" * 9000)[:EVENT_TEXT_CHARS]
+    assert data["truncated"] == ["id", "description", "label"]
+
+
+async def test_fork_stats_over_4_kib_are_left_out(source: FakeSource) -> None:
+    hub = hub_on(source)
+    source.emit("task.created", make_task(1, fork_stats={f"k{i}": i for i in range(2000)}))
+    source.emit("task.created", make_task(2, fork_stats={"messages": 3}))
+    big, small = (json.loads(e.data) for e in hub._ring)
+    assert (big["fork_stats"], big["truncated"]) == (None, ["fork_stats"])
+    assert (small["fork_stats"], small["truncated"]) == ({"messages": 3}, [])
+
+
+async def test_the_ring_is_bounded_in_bytes(source: FakeSource) -> None:
+    hub = hub_on(source, ring_bytes=200_000)
+    for n in range(1, 21):  # 64 KiB each, once cut
+        source.emit("task.updated", make_task(n, description=SMILE * 5000, result=SMILE * 5000))
+    assert hub.ring_held <= 200_000
+    assert [e.id for e in hub._ring] == [118, 119, 120]
+    assert hub.ring_held == sum(e.size for e in hub._ring)
+    assert all(e.size == len(e.encode()) for e in hub._ring)
+    # an id whose followers left the ring: a fresh snapshot
+    reader = Reader(hub, hub.subscribe("110"), [make_task(1)])
+    assert (await reader.next())[1] == "snapshot"
+    resumed = Reader(hub, hub.subscribe("117"))
+    assert [e[0] for e in await resumed.take(3)] == ["118", "119", "120"]
+
+
+async def test_a_subscriber_is_dropped_by_the_bytes_it_has_queued(source: FakeSource) -> None:
+    hub = hub_on(source, buffer_bytes=250_000)
+    slow = Reader(hub, hub.subscribe("100"))
+    fast = Reader(hub, hub.subscribe("100"))
+    for n in range(1, 6):  # about 16 KiB each: 5 fit in the slow one's 250,000 bytes
+        source.emit("task.updated", make_task(n, description=SMILE * 1300))
+        assert (await fast.next())[0] == str(100 + n)
+    assert hub.dropped_count == 0
+    for n in range(6, 20):  # 64 KiB each
+        source.emit("task.updated", make_task(n, description=SMILE * 5000, result=SMILE * 5000))
+        assert (await fast.next())[0] == str(100 + n)
+    assert hub.dropped_count == 1  # far below the 1,024 events of buffer_size
+    assert await slow.ended()
+    assert hub.subscriber_count == 1
+
+
+async def test_a_snapshot_is_bounded_in_bytes_newest_tasks_first(source: FakeSource) -> None:
+    hub = hub_on(source, snapshot_bytes=100_000)
+    tasks = [make_task(n, description="w" * 20_000) for n in range(30, 0, -1)]  # newest first
+    reader = Reader(hub, hub.subscribe(), tasks)
+    gen = hub.stream(hub.subscribe(), reader._snapshot)
+    assert parse(await gen.__anext__()) is None  # retry
+    raw = b""
+    while not raw.endswith(b"\n\n"):  # written in pieces of 64 KiB
+        piece = await gen.__anext__()
+        assert len(piece) <= 64 * 1024
+        raw += piece
+    await gen.aclose()
+    data = raw.split(b"data: ", 1)[1].rstrip(b"\n")
+    assert len(data) <= 100_000
+    snapshot = json.loads(data)
+    shown = [t["id"] for t in snapshot["tasks"]]
+    assert shown == [t.id for t in tasks[: len(shown)]]
+    assert 5 <= len(shown) < 30
+    assert snapshot["omitted"] == 30 - len(shown)
+    assert all(
+        len(json.dumps(t, separators=(",", ":"))) <= SNAPSHOT_TASK_BYTES for t in snapshot["tasks"]
+    )
+    # a small set fits whole
+    whole = await Reader(hub, hub.subscribe(), tasks[:2]).next()
+    assert (len(whole[2]["tasks"]), whole[2]["omitted"]) == (2, 0)
+
+
+async def test_a_dropped_stream_holds_its_place_until_it_has_ended(source: FakeSource) -> None:
+    hub = hub_on(source, buffer_size=2, max_subscribers=1)
+    slow = Reader(hub, hub.subscribe("100"))
+    for n in range(1, 5):  # never read: dropped at the third
+        source.emit("task.updated", make_task(n))
+    assert hub.dropped_count == 1
+    with pytest.raises(TooManySubscribersError, match="already has 1 subscribers"):
+        hub.subscribe()
+    assert await slow.ended()  # its response ended: the connection is gone
+    assert hub.subscriber_count == 0
+    hub.subscribe("101")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,3 +118,81 @@ async def test_draining_ends_open_streams(app: Starlette) -> None:
         refused = await http.get("/v1/events", headers=AUTH)
         assert refused.status_code == 503
         assert refused.json() == {"error": "unavailable", "detail": "the service is stopping"}
+
+
+def _open_unread_stream(live: LiveService, **headers: str) -> socket.socket:
+    """A raw HTTP/1.1 request for the event stream on a socket with a small receive buffer,
+    which the test then does not read: a client that stopped reading."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", live.port))
+    lines = [
+        "GET /v1/events HTTP/1.1",
+        f"Host: 127.0.0.1:{live.port}",
+        f"Authorization: Bearer {TOKEN}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    return sock
+
+
+def _wait(check: Any, what: str, timeout: float = 15) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_a_dropped_slow_reader_is_disconnected_and_frees_its_place(live: LiveService) -> None:
+    hub = live.app.state.dashboard.hub
+    connections = live.server.server_state.connections
+    sock = _open_unread_stream(live)
+    try:
+        _wait(lambda: hub.subscriber_count == 1, "the stream to open")
+
+        def flood() -> None:  # 12 MB of events at once: far over a subscriber's 4 MiB
+            for n in range(200):
+                hub.publish("task.updated", {"id": f"tsk_{n}", "pad": "p" * 60_000})
+
+        live.run(flood)
+        # the hub drops it, and the server resets the connection (it does not wait to flush
+        # what the client does not read): the place is free, the connection gone
+        _wait(lambda: hub.dropped_count == 1, "the drop")
+        _wait(lambda: hub.subscriber_count == 0, "the place to be freed")
+        _wait(lambda: len(connections) == 0, "the server to close the connection")
+        sock.settimeout(10)
+        ended = False
+        try:
+            while sock.recv(65536):
+                pass
+            ended = True  # EOF
+        except ConnectionResetError:
+            ended = True
+        assert ended
+    finally:
+        sock.close()
+    # the next client is served as usual
+    with httpx.Client(timeout=httpx.Timeout(10)) as http:
+        with http.stream("GET", live.url + "/v1/events", headers=AUTH) as response:
+            assert response.status_code == 200
+            [snapshot] = read_events(response.iter_lines(), 1)
+            assert snapshot[1] == "snapshot"
+
+
+@pytest.mark.parametrize(
+    "last",
+    ["²", pytest.param("1" * 5000, id="5000-digits"), "-1", "garbage", "9" * 30, "١٢"],
+)
+def test_an_unusable_last_event_id_gets_a_fresh_snapshot(live: LiveService, last: str) -> None:
+    # the server reads header bytes as Latin-1: b"\xb2" is "²", for which isdigit() is true
+    raw = last.encode("latin-1") if last.isascii() or last == "²" else last.encode("utf-8")
+    with httpx.Client(timeout=httpx.Timeout(10)) as http:
+        with http.stream(
+            "GET",
+            live.url + "/v1/events",
+            headers=[*AUTH.items(), ("Last-Event-ID", raw)],  # type: ignore[list-item]
+        ) as response:
+            assert response.status_code == 200
+            [snapshot] = read_events(response.iter_lines(), 1)
+    assert snapshot[1] == "snapshot" and snapshot[2]["tasks"] == []

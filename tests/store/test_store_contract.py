@@ -408,3 +408,29 @@ async def test_concurrent_claimers_never_get_the_same_notice(open_store: OpenSto
     assert set(counts) == {n.id for n in notices}
     assert max(counts.values()) == 1
     assert await handles[1].notices() == []
+
+
+# --- keys holding NUL ----------------------------------------------------------------------------
+
+
+async def test_a_key_holding_nul_matches_nothing_on_every_store(store: TaskStore) -> None:
+    task = make_task(session_id="ses_child")
+    await store.insert(task)
+    await add_notice(store, task)
+    for key in ("\x00", f"{task.id}\x00", f"tsk\x00{task.id}", "ses_parent\x00"):
+        assert await store.get(key) is None
+        assert await store.ids_with_prefix(key) == []
+        assert await store.ids_with_prefix("tsk", key) == []
+        assert await store.update(key, lambda t: (t, None)) is None
+        assert await store.find_by_session(key) is None
+        assert await store.list_tasks(key) == []
+        assert await store.list_tasks(backend=key) == []
+        assert await store.list_tasks(owner=key) == []
+        assert await store.delete_parent(key) == []
+        assert await store.notices(key) == []
+        assert await store.claim_notices("mgr_1", key, 30) == []
+        await store.delete_notice(key)
+        await store.drop_lease(key)
+    # nothing was changed or lost
+    assert await store.get(task.id) == task
+    assert [n.task_id for n in await store.notices()] == [task.id]

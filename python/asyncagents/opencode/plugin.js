@@ -1,4 +1,5 @@
-// asyncagents: background sub-agent tasks for OpenCode (https://pypi.org/project/asyncagents).
+// asyncagents: background sub-agent tasks for OpenCode (the Python package asyncagents,
+// installed from a clone of its repository or from a wheel its CI builds).
 // Written by `asyncagents opencode install`; run it again to change the settings below.
 // Each tool forwards the call (with the calling session's id and agent) to the asyncagents
 // service (`asyncagents serve`) and returns its text. The service validates the arguments.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..compaction import CompactionSlice, slice_at_compaction
+from ..compaction import CompactionSlice, keep_last_turns, slice_at_compaction
 from ..config import ForkConfig
 from .budget import FRAME, Fitted, fit_to_budget, must_remove
 from .session import Message, Rendered, check_written, read_bodies, read_session
@@ -20,6 +20,7 @@ def run_reference(
     session = read_session(messages)
     sliced = slice_at_compaction(session.view)
     records = read_bodies(session, sliced.kept)
+    sliced = keep_last_turns(sliced, lambda i: records[i].role == "user", config.fork_turns)
     kept = [records[i] for i in sliced.kept]
     counts, newest_first, rendered = render_newest_first(kept, config)
     fitted = fit_to_budget(newest_first, len(kept), config)

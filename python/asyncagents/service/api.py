@@ -4,7 +4,9 @@ Every ``/v1`` route here needs the service's bearer token in ``Authorization``; 
 ``/`` and its files under ``/static`` are public (they hold no data and ask for the token).
 Errors are JSON ``{"error": code, "detail": text}``: 400 names the bad query parameter, 401 a
 missing or wrong token, 404 an unknown task, 409 a cancel of a task that has ended, 502 a
-session server that failed, 503 a full event stream or a store that failed.
+session server that failed, 503 a full event stream or a store that failed (its own message,
+which may name its file or DSN, goes to the service's log only). A task in a path is named by its
+full id on every route (the agent tools, not this API, take unique id prefixes).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ..tasks.manager import TaskManager
 from ..tasks.models import Task, TaskStatus, TaskUsage
 from .api_schema import OPENAPI
 from .auth import token_matches
+from .connections import abort_connection
 from .event_stream import EventHub, Subscription, TooManySubscribersError, task_json
 
 STATIC_DIR = Path(__file__).with_name("static")
@@ -67,6 +70,9 @@ MAX_PART_CHARS = 20_000
 STATS_CONCURRENCY = 8
 
 log = logging.getLogger(__name__)
+
+#: the detail of a 503 when the store failed (its own message goes to the service's log)
+STORE_FAILED = "The task store failed; the service's log has the details. Try again shortly."
 
 UNAUTHORIZED = (
     "Send the service token as `Authorization: Bearer <token>`; it is in the token file that "
@@ -166,7 +172,7 @@ class Cursor:
             s, key, task_id = json.loads(raw)
             if not (isinstance(s, str) and isinstance(key, int) and isinstance(task_id, str)):
                 raise ValueError
-        except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, RecursionError):
             raise bad_param("cursor", "not a cursor this service returned") from None
         if s != sort:
             raise bad_param("cursor", f"made for sort={s}, not sort={sort}")
@@ -348,7 +354,12 @@ def count_tools(messages: list[JSON]) -> Counter[str]:
 
 class EventStreamResponse(StreamingResponse):
     """The SSE response of one subscription; its slot is freed however the response ends
-    (also when the client leaves before the first byte, when the stream never starts)."""
+    (also when the client leaves before the first byte, when the stream never starts).
+
+    When the hub drops the subscriber (too slow), the response stops where it is, even in the
+    middle of a write the client does not read, and its connection is reset (`connections`):
+    the slot is freed once the connection is gone.
+    """
 
     def __init__(self, hub: EventHub, sub: Subscription, body: AsyncIterator[bytes]) -> None:
         super().__init__(
@@ -360,9 +371,20 @@ class EventStreamResponse(StreamingResponse):
         self._sub = sub
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        serving = asyncio.ensure_future(super().__call__(scope, receive, send))
+        dropped = asyncio.ensure_future(self._sub.dropped.wait())
         try:
-            await super().__call__(scope, receive, send)
+            await asyncio.wait({serving, dropped}, return_when=asyncio.FIRST_COMPLETED)
+            if serving.done():
+                serving.result()
+            if self._sub.dropped.is_set():
+                serving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving
+                await abort_connection(scope)
         finally:
+            dropped.cancel()
+            serving.cancel()
             self._hub.unsubscribe(self._sub)
 
 
@@ -435,8 +457,10 @@ class DashboardApi:
                 return await endpoint(request)
             except ApiError as exc:
                 return exc.response()
-            except StoreError as exc:
-                return ApiError(503, "store_unavailable", str(exc)).response()
+            except StoreError:
+                # the store's message may name its file or DSN: for the log, not the client
+                log.exception("%s %s: the task store failed", request.method, request.url.path)
+                return ApiError(503, "store_unavailable", STORE_FAILED).response()
 
         guarded.__name__ = endpoint.__name__
         guarded.__doc__ = endpoint.__doc__
@@ -451,6 +475,8 @@ class DashboardApi:
         return await self.manager.store.list_tasks(backend=self.manager.backend_name)
 
     async def _task(self, request: Request) -> Task:
+        """The task the path names, by its full id (every route: no prefixes, so a call never
+        acts on another task than the one it names); 404 if it is not one of this backend's."""
         task_id = request.path_params["task_id"]
         task = await self.manager.store.get(task_id)
         if task is None or task.backend != self.manager.backend_name:
@@ -546,7 +572,7 @@ class DashboardApi:
     async def cancel(self, request: Request) -> Response:
         """Cancel a running (or resumed) task."""
         _only(request, ())
-        task_id = request.path_params["task_id"]
+        task_id = (await self._task(request)).id
         try:
             task = await self.manager.cancel(task_id)
         except TaskNotFoundError:

@@ -23,7 +23,7 @@ _TASK_ID: JSON = {
     "name": "task_id",
     "in": "path",
     "required": True,
-    "description": "The task id.",
+    "description": "The task's full id (a prefix is not accepted).",
     "schema": {"type": "string"},
 }
 
@@ -158,10 +158,13 @@ OPENAPI: JSON = {
                 "summary": "Server-Sent Events: `snapshot`, then task.created, task.updated, "
                 "task.completed, task.error, task.cancelled, task.resumed, task.cleared.",
                 "description": (
-                    "Each event has an increasing integer `id`; its `data` is the task's JSON "
-                    "(the snapshot: `{tasks, heartbeat_ms}`). Send `Last-Event-ID` to resume "
-                    "after a reconnect; a fresh snapshot comes when that id is too old. Comment "
-                    "lines are heartbeats. A client too slow to read is disconnected."
+                    "Each event has an increasing integer `id`; its `data` is the task's JSON, "
+                    "at most 64 KiB per event, its texts cut as needed and the cut fields named "
+                    "in `truncated` (the snapshot: `{tasks, heartbeat_ms, now_ms, omitted}`, the "
+                    "newest tasks that fit in 4 MiB, each at most 16 KiB; `omitted` counts the "
+                    "others). Send `Last-Event-ID` to resume after a reconnect; a fresh snapshot "
+                    "comes when that id is too old or not an id. Comment lines are heartbeats. "
+                    "A client too slow to read is disconnected."
                 ),
                 "parameters": [
                     {

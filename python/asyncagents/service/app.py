@@ -2,7 +2,9 @@
 
 It runs one `TaskManager` (started and closed with the app's lifespan), answers tool calls
 from the OpenCode plugin, and checks the bearer token on every route except health. Other
-parts of the service (the dashboard) add their routes with `extra_routes`.
+parts of the service (the dashboard) add their routes with `extra_routes`. Every answer has
+``X-Content-Type-Options: nosniff``; with `allowed_hosts`, a request for another ``Host`` gets
+421 before anything else (`hosts`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from starlette.routing import BaseRoute, Route
 from .api import DashboardApi
 from .auth import BearerAuth
 from .errors import http_exception, internal_error
+from .headers import NoSniff
+from .hosts import AllowedHosts, HostCheck
 from .limits import MAX_BODY_BYTES, BodyLimit
 from .state import ServiceState
 from .tool_routes import ROUTES as TOOL_ROUTES
@@ -48,8 +52,10 @@ def create_app(
     public_prefixes: Collection[str] = (),
     max_body_bytes: int = MAX_BODY_BYTES,
     manage_manager: bool = True,
+    allowed_hosts: AllowedHosts | None = None,
 ) -> Starlette:
-    """The service app over `manager`, guarded by `token`.
+    """The service app over `manager`, guarded by `token` (and by `allowed_hosts`, when
+    given: ``asyncagents serve`` always gives them).
 
     With `manage_manager` the app's lifespan starts the manager and, at shutdown (after the
     calls in flight are answered), closes it with its store and backend.
@@ -73,6 +79,8 @@ def create_app(
     app = Starlette(
         routes=[Route(HEALTH_PATH, health, methods=["GET"]), *TOOL_ROUTES, *extra_routes],
         middleware=[
+            Middleware(NoSniff),
+            *([] if allowed_hosts is None else [Middleware(HostCheck, allowed=allowed_hosts)]),
             Middleware(
                 BearerAuth,
                 token=token,

@@ -15,17 +15,28 @@ _CODES = {
     404: "not_found",
     405: "method_not_allowed",
     413: "body_too_large",
+    415: "unsupported_media_type",
+    421: "misdirected_request",
     422: "invalid_body",
     500: "internal_error",
     503: "unavailable",
 }
 
 
+#: on every answer: a browser must not read a JSON or a text answer as a page or a script
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
+
+
 def error_response(
     status: int, error: str, detail: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
-    """``{"error": error, "detail": detail}`` with `status`."""
-    return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+    """``{"error": error, "detail": detail}`` with `status` (and ``nosniff``: an error may be
+    answered outside the middleware that adds it, e.g. a 500)."""
+    return JSONResponse(
+        {"error": error, "detail": detail},
+        status_code=status,
+        headers={NOSNIFF[0]: NOSNIFF[1], **(headers or {})},
+    )
 
 
 async def http_exception(request: Request, exc: Exception) -> Response:

@@ -7,12 +7,16 @@ waits: a subscriber whose queue is full is dropped (its stream ends; the client 
 no longer in the ring (or unknown: another boot of the service), gets a ``snapshot`` of every task
 first. Event ids are integers that only increase, also across restarts (they start at the boot
 time in microseconds), so a client never mistakes an old id for a new one.
+
+Everything is bounded in bytes as well as in count (see `event_size`): one event, one task in a
+snapshot, a snapshot, the ring, and what waits in each subscriber's queue. A dropped subscriber
+keeps its place among the `max_subscribers` until its connection has closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -20,6 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..tasks.models import Task, TaskProgress, TaskStatus
+from .event_size import (
+    EVENT_TASK_BYTES,
+    RING_MAX_BYTES,
+    SNAPSHOT_MAX_BYTES,
+    SNAPSHOT_TASK_BYTES,
+    SUBSCRIBER_MAX_BYTES,
+    fit_task,
+    json_text,
+)
+from .event_size import (
+    EVENT_TEXT_CHARS as EVENT_TEXT_CHARS,
+)
 
 SNAPSHOT = "snapshot"
 
@@ -76,9 +92,10 @@ class TooManySubscribersError(Exception):
     """The hub already serves `max_subscribers` streams (the route answers 503)."""
 
 
-#: the longest prompt, result or error an event carries (``GET /v1/tasks/{id}`` has it all)
-EVENT_TEXT_CHARS = 4000
-_LONG_FIELDS = ("prompt", "last_prompt", "result", "error")
+#: a usable ``Last-Event-ID``: decimal digits only, no longer than any id this hub gives out
+_EVENT_ID = re.compile(r"[0-9]{1,20}")
+#: the size of the pieces a snapshot is written in (a slow reader holds back at most one)
+_CHUNK_BYTES = 64 * 1024
 
 
 def task_json(task: Task) -> dict[str, Any]:
@@ -88,18 +105,10 @@ def task_json(task: Task) -> dict[str, Any]:
     return out
 
 
-def event_task_json(task: Task) -> dict[str, Any]:
-    """`task_json` with long texts cut to `EVENT_TEXT_CHARS` (named in ``truncated``), so a
-    snapshot of many tasks, sent to every subscriber, stays small."""
-    out = task_json(task)
-    cut: list[str] = []
-    for name in _LONG_FIELDS:
-        value = out.get(name)
-        if isinstance(value, str) and len(value) > EVENT_TEXT_CHARS:
-            out[name] = value[:EVENT_TEXT_CHARS]
-            cut.append(name)
-    out["truncated"] = cut
-    return out
+def event_task_json(task: Task, max_bytes: int = EVENT_TASK_BYTES) -> dict[str, Any]:
+    """`task_json` with its texts cut so that its JSON fits `max_bytes` (the cut fields are
+    named in ``truncated``): an event goes to every subscriber and stays in the ring."""
+    return fit_task(task_json(task), max_bytes)
 
 
 @dataclass(frozen=True)
@@ -108,11 +117,17 @@ class HubEvent:
 
     id: int
     kind: str
+    #: ASCII JSON (non-ASCII characters escaped), so its length is its size in bytes
     data: str
 
     def encode(self) -> bytes:
         """The event as SSE lines (``data`` is JSON on one line)."""
         return f"id: {self.id}\nevent: {self.kind}\ndata: {self.data}\n\n".encode()
+
+    @property
+    def size(self) -> int:
+        """Its size on the wire, in bytes: ``len(self.encode())`` without encoding it."""
+        return len(str(self.id)) + len(self.kind) + len(self.data) + 21
 
 
 @dataclass(eq=False)
@@ -127,34 +142,55 @@ class Subscription:
     #: True when the client needs a snapshot first (new, or its id is unknown or too old)
     needs_snapshot: bool
     dropped: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the bytes of the events in `queue`
+    queued_bytes: int = 0
+
+    def taken(self, event: HubEvent) -> HubEvent:
+        """Count `event` out of the queue (it is being sent)."""
+        self.queued_bytes -= event.size
+        return event
 
 
 class EventHub:
     """Numbered task events for many SSE subscribers; see the module docstring.
 
-    `ring_size` recent events are kept for resumes; each subscriber buffers at most
-    `buffer_size` events; at most `max_subscribers` streams at once; a comment line goes out
-    every `heartbeat` seconds of silence.
+    The ring keeps the recent events for resumes, at most `ring_size` of them and
+    `ring_bytes` bytes; each subscriber buffers at most `buffer_size` events and `buffer_bytes`
+    bytes; at most `max_subscribers` streams are open at once; a comment line goes out every
+    `heartbeat` seconds of silence. A snapshot is at most `snapshot_bytes` bytes.
     """
 
     def __init__(
         self,
         *,
         ring_size: int = 4096,
+        ring_bytes: int = RING_MAX_BYTES,
         buffer_size: int = 1024,
+        buffer_bytes: int = SUBSCRIBER_MAX_BYTES,
         max_subscribers: int = 100,
         heartbeat: float = 15.0,
+        snapshot_bytes: int = SNAPSHOT_MAX_BYTES,
         first_id: int | None = None,
     ) -> None:
-        if ring_size < 1 or buffer_size < 1 or max_subscribers < 1 or heartbeat <= 0:
-            raise ValueError("ring_size, buffer_size, max_subscribers and heartbeat must be > 0")
+        limits = (ring_size, ring_bytes, buffer_size, buffer_bytes, max_subscribers, heartbeat)
+        if min(limits) <= 0 or snapshot_bytes <= 0:
+            raise ValueError(
+                "ring_size, ring_bytes, buffer_size, buffer_bytes, max_subscribers, heartbeat "
+                "and snapshot_bytes must be > 0"
+            )
         self.ring_size = ring_size
+        self.ring_bytes = ring_bytes
         self.buffer_size = buffer_size
+        self.buffer_bytes = buffer_bytes
         self.max_subscribers = max_subscribers
         self.heartbeat = heartbeat
+        self.snapshot_bytes = snapshot_bytes
         #: the id of the last event published (the first event gets `first_id` + 1)
         self.last_id = time.time_ns() // 1000 if first_id is None else first_id
-        self._ring: deque[HubEvent] = deque(maxlen=ring_size)
+        self._ring: deque[HubEvent] = deque()
+        #: the bytes of the events in the ring
+        self.ring_held = 0
+        #: every open stream, dropped or not: a dropped one counts until its connection closed
         self._subscribers: set[Subscription] = set()
         self._sources: list[ChangeSource] = []
         #: task id -> what the last event published for it showed (a cleared task: status None,
@@ -274,21 +310,29 @@ class EventHub:
     def publish(self, kind: str, payload: dict[str, Any]) -> HubEvent:
         """Number an event, keep it in the ring, queue it for every subscriber."""
         self.last_id += 1
-        event = HubEvent(self.last_id, kind, json.dumps(payload, separators=(",", ":")))
+        event = HubEvent(self.last_id, kind, json_text(payload))
         self._ring.append(event)
+        self.ring_held += event.size
+        while len(self._ring) > self.ring_size or (
+            self.ring_held > self.ring_bytes and len(self._ring) > 1
+        ):
+            self.ring_held -= self._ring.popleft().size
         for sub in list(self._subscribers):
-            try:
-                sub.queue.put_nowait(event)
-            except asyncio.QueueFull:
+            if sub.dropped.is_set():
+                continue
+            if sub.queued_bytes + event.size > self.buffer_bytes or sub.queue.full():
                 self.dropped_count += 1
                 self._drop(sub)
+                continue
+            sub.queue.put_nowait(event)
+            sub.queued_bytes += event.size
         return event
 
     # -- the client side ----------------------------------------------------------------------
 
     @property
     def subscriber_count(self) -> int:
-        """Open streams now."""
+        """Open streams now (a dropped one counts until its connection has closed)."""
         return len(self._subscribers)
 
     def subscribe(self, last_event_id: str | None = None) -> Subscription:
@@ -311,16 +355,20 @@ class EventHub:
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        """Close a stream (the client left)."""
+        """Forget a stream whose connection has closed (its place is free again)."""
         self._subscribers.discard(sub)
 
     def _drop(self, sub: Subscription) -> None:
-        self._subscribers.discard(sub)
+        """Stop feeding `sub` and tell its response to close the connection; the place stays
+        taken until `unsubscribe` (the connection is really gone)."""
         sub.dropped.set()
+        while not sub.queue.empty():
+            sub.taken(sub.queue.get_nowait())
 
     def _backlog_after(self, last_event_id: str | None) -> list[HubEvent] | None:
-        """The ring's events after `last_event_id`, or None when a snapshot is needed."""
-        if last_event_id is None or not last_event_id.strip().isdigit():
+        """The ring's events after `last_event_id`, or None when a snapshot is needed (also
+        for an id that is not a number this hub could have given out)."""
+        if last_event_id is None or not _EVENT_ID.fullmatch(last_event_id.strip()):
             return None
         after = int(last_event_id.strip())
         if after > self.last_id:
@@ -330,6 +378,27 @@ class EventHub:
         if not self._ring or self._ring[0].id > after + 1:
             return None  # the events right after it have left the ring
         return [e for e in self._ring if e.id > after]
+
+    def snapshot_json(self, tasks: Sequence[Task]) -> str:
+        """The data of a snapshot: the newest `tasks` (each cut to `SNAPSHOT_TASK_BYTES`) that
+        fit in `snapshot_bytes`, and ``omitted``, how many older ones did not fit."""
+        tail = {
+            "heartbeat_ms": int(self.heartbeat * 1000),
+            "now_ms": time.time_ns() // 1_000_000,
+            "omitted": len(tasks),
+        }
+        room = self.snapshot_bytes - len(json_text({"tasks": [], **tail}))
+        parts: list[str] = []
+        for task in tasks:
+            part = json_text(
+                event_task_json(self.with_live_progress(task), max_bytes=SNAPSHOT_TASK_BYTES)
+            )
+            if len(part) + 1 > room:
+                break
+            room -= len(part) + 1
+            parts.append(part)
+        tail["omitted"] = len(tasks) - len(parts)
+        return '{"tasks":[' + ",".join(parts) + "]," + json_text(tail)[1:]
 
     async def stream(
         self,
@@ -345,21 +414,20 @@ class EventHub:
             yield f"retry: {int(self.heartbeat * 1000)}\n\n".encode()
             if sub.needs_snapshot:
                 self.snapshots_sent += 1
-                tasks = await snapshot()
-                payload = {
-                    "tasks": [event_task_json(self.with_live_progress(t)) for t in tasks],
-                    "heartbeat_ms": int(self.heartbeat * 1000),
-                    "now_ms": time.time_ns() // 1_000_000,
-                }
                 # numbered as the last event before the subscription: events queued since
                 # follow it; a task they change may already show the change (idempotent)
-                yield HubEvent(sub.after, SNAPSHOT, json.dumps(payload)).encode()
+                data = self.snapshot_json(await snapshot()).encode()
+                if sub.dropped.is_set():
+                    return
+                frame = f"id: {sub.after}\nevent: {SNAPSHOT}\ndata: ".encode() + data + b"\n\n"
+                for start in range(0, len(frame), _CHUNK_BYTES):
+                    yield frame[start : start + _CHUNK_BYTES]
             for event in sub.backlog:
                 yield event.encode()
             sub.backlog = []
             while not (sub.dropped.is_set() or closing.is_set()):
                 try:
-                    event = sub.queue.get_nowait()
+                    event = sub.taken(sub.queue.get_nowait())
                 except asyncio.QueueEmpty:
                     pass
                 else:
@@ -382,7 +450,7 @@ class EventHub:
                     if not getter.done():
                         getter.cancel()  # a cancelled get leaves its item in the queue
                 if getter in done:
-                    yield getter.result().encode()
+                    yield sub.taken(getter.result()).encode()
                     continue
                 if not done:
                     yield b": heartbeat\n\n"

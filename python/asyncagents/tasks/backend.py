@@ -10,6 +10,11 @@ from pydantic import BaseModel, Field
 JSON = dict[str, Any]
 
 
+def part_id_of(message_id: str) -> str:
+    """The id of the text part of a prompt whose message id we chose (``msg_x`` -> ``prt_x``)."""
+    return "prt" + message_id.removeprefix("msg")
+
+
 class PromptRequest(BaseModel):
     """The body of ``POST /session/{id}/message`` and ``/prompt_async``."""
 
@@ -21,10 +26,16 @@ class PromptRequest(BaseModel):
     #: ``{"providerID": ..., "modelID": ...}``; None lets the server pick its default
     model: dict[str, str] | None = None
     system: str | None = None
+    #: the user message's id (``messageID``): the same id sent twice is one message
+    message_id: str | None = None
 
     def body(self) -> JSON:
         """The JSON body OpenCode expects."""
-        body: JSON = {"parts": [{"type": "text", "text": self.text}]}
+        part: JSON = {"type": "text", "text": self.text}
+        if self.message_id:
+            # the part's id follows from the message's, so a re-sent prompt keeps one part
+            part["id"] = part_id_of(self.message_id)
+        body: JSON = {"parts": [part]}
         if self.agent:
             body["agent"] = self.agent
         if self.no_reply:
@@ -35,6 +46,8 @@ class PromptRequest(BaseModel):
             body["model"] = dict(self.model)
         if self.system:
             body["system"] = self.system
+        if self.message_id:
+            body["messageID"] = self.message_id
         return body
 
 

@@ -1,12 +1,18 @@
-"""`TaskManagerConfig`: every knob of a `TaskManager` in one frozen, validated value."""
+"""`TaskManagerConfig`: every knob of a `TaskManager` in one frozen, validated value.
+
+Each field's ``description`` is its help text: ``asyncagents serve`` makes one command-line
+option, one environment variable and one config-file key of every field from it.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 WakeMode = Literal["each", "all_done", "never"]
+#: the runaway guards: each may be ``off`` (None)
+GUARDS = ("max_runtime", "idle_timeout", "max_tool_calls", "max_cost", "max_tokens")
 
 
 class TaskManagerConfig(BaseModel):
@@ -21,67 +27,142 @@ class TaskManagerConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend_name: str | None = None
-    #: this manager's id in leases and claims; default a new unique id per manager
-    instance_id: str | None = None
-    #: how often every running task is re-checked from its messages (events make it faster)
-    poll_interval: float = Field(default=5.0, gt=0)
-    #: a turn with no sign of life for this long, and not busy on the server, was lost
-    stall_timeout: float = Field(default=60.0, gt=0)
-    #: an owner that has not renewed its lease for this long is taken for dead
-    lease_ttl: float = Field(default=30.0, gt=0)
-    #: how long one delivery attempt may hold a notice before another manager may take it
-    notice_claim_ttl: float = Field(default=60.0, gt=0)
-    #: how often pending notices are looked at (a parent going idle looks at once)
-    notice_interval: float = Field(default=1.0, gt=0)
-    notice_retry_initial: float = Field(default=1.0, gt=0)
-    notice_retry_max: float = Field(default=60.0, gt=0)
-    #: first and longest wait between retries of a failed background store write
-    store_retry_initial: float = Field(default=0.05, gt=0)
-    store_retry_max: float = Field(default=2.0, gt=0)
-    #: attempts of one background store write before the periodic check takes it over
-    store_retry_attempts: int = Field(default=6, ge=1)
-    notify_parent: bool = True
-    wait_for_idle_parent: bool = True
-    wake: WakeMode = "each"
-    #: ``{"providerID": ..., "modelID": ...}`` for the children; None: the server's default
-    model: dict[str, str] | None = None
-    follow_events: bool = True
-    #: `clear` deletes the cleared tasks' child sessions (no tool can reach them any more).
-    #: None: only on the in-process backend (nobody else can read its sessions); on a real
-    #: server they stay, for the user to open
-    delete_cleared_sessions: bool | None = None
-    # -- runaway guards (None: off); docs/limits.md says why each default --------------------
+    backend_name: str | None = Field(
+        default=None,
+        description="the name of the session server this manager works for; managers sharing "
+        "a store touch only their own backend's tasks (default: the OpenCode server's URL)",
+    )
+    instance_id: str | None = Field(
+        default=None,
+        description="this manager's id in leases and claims (default: a new unique id)",
+    )
+    poll_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="seconds between checks of every running task from its messages "
+        "(events make it faster)",
+    )
+    stall_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds with no sign of life, and not busy on the server, after which "
+        "a turn counts as lost",
+    )
+    lease_ttl: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds after which an owner that has not renewed its lease is taken "
+        "for dead and its tasks are taken over",
+    )
+    notice_claim_ttl: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds one delivery attempt may hold a notice before another manager "
+        "may take it",
+    )
+    notice_interval: float = Field(
+        default=1.0,
+        gt=0,
+        description="seconds between looks at pending notices (a parent going idle looks at once)",
+    )
+    notice_retry_initial: float = Field(
+        default=1.0, gt=0, description="first wait in seconds before a failed delivery is retried"
+    )
+    notice_retry_max: float = Field(
+        default=60.0, gt=0, description="longest wait in seconds between delivery retries"
+    )
+    store_retry_initial: float = Field(
+        default=0.05,
+        gt=0,
+        description="first wait in seconds before a failed background store write is retried",
+    )
+    store_retry_max: float = Field(
+        default=2.0,
+        gt=0,
+        description="longest wait in seconds between retries of a background store write",
+    )
+    store_retry_attempts: int = Field(
+        default=6,
+        ge=1,
+        description="attempts of one background store write before the periodic check "
+        "takes it over",
+    )
+    drain_timeout: float = Field(
+        default=10.0,
+        ge=0,
+        description="seconds a graceful stop waits for prompts being sent (the next owner "
+        "re-sends the rest, idempotently)",
+    )
+    notify_parent: bool = Field(
+        default=True, description="tell the parent session when its task ends"
+    )
+    wait_for_idle_parent: bool = Field(
+        default=True,
+        description="hold a notice until the parent is idle (a prompt sent to a busy session "
+        "is folded into its running turn)",
+    )
+    wake: WakeMode = Field(
+        default="each",
+        description="how a parent hears of its ended tasks: woken by each batch of notices, "
+        "once all its tasks are done, or never (the notice is added without a reply)",
+    )
+    model: dict[str, str] | None = Field(
+        default=None,
+        description="the children's model as providerID=... and modelID=... "
+        "(default: the server's default model)",
+    )
+    follow_events: bool = Field(
+        default=True,
+        description="follow the server's event stream (without it, completion is found by "
+        "polling alone)",
+    )
+    delete_cleared_sessions: bool | None = Field(
+        default=None,
+        description="delete the child sessions of cleared tasks (default: only on the "
+        "in-process backend; on a real server they stay for the user to open)",
+    )
+    # -- runaway guards (off: none); docs/limits.md says why each default ---------------------
     max_runtime: float | None = Field(
         default=1800.0,
         gt=0,
-        description="Seconds one turn of a task may run, from its start, before it is stopped.",
+        description="seconds one turn of a task may run, from its start, before it is stopped "
+        "(off: no limit)",
     )
     idle_timeout: float | None = Field(
         default=300.0,
         gt=0,
-        description="Seconds a running turn may go without a new message, part or tool "
+        description="seconds a running turn may go without a new message, part or tool "
         "progress, even while the server says it is busy (a hung model stream), before it is "
-        "stopped.",
+        "stopped (off: no limit)",
     )
     max_tool_calls: int | None = Field(
-        default=200, ge=1, description="Tool calls one turn of a task may make."
+        default=200,
+        ge=1,
+        description="tool calls one turn of a task may make before it is stopped (off: no limit)",
     )
     max_cost: float | None = Field(
         default=10.0,
         gt=0,
         description="USD a task, and all the tasks of one top-level session's tree together, "
-        "may cost before the running ones are stopped.",
+        "may cost before the running ones are stopped (off: no limit)",
     )
     max_tokens: int | None = Field(
         default=10_000_000,
         ge=1,
-        description="Tokens (input, output, reasoning, cache read and write) a task may use "
-        "over all its turns.",
+        description="tokens (input, output, reasoning, cache read and write) a task may use "
+        "over all its turns before it is stopped (off: no limit)",
     )
     notice_result_chars: int = Field(
         default=4000,
         ge=100,
-        description="Characters of results one notice delivery carries at most (head and "
-        "tail kept); asyncagents_output reads the rest.",
+        description="characters of results one notice delivery carries at most (head and "
+        "tail kept; asyncagents_output reads the rest)",
     )
+
+    @field_validator(*GUARDS, mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        """``off`` (an option, a variable, a file) switches a guard off."""
+        if isinstance(value, str) and value.strip().lower() == "off":
+            return None
+        return value

@@ -15,16 +15,25 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from .backend import JSON, PromptRequest
+from .backend import JSON, PromptRequest, part_id_of
 from .errors import BackendUnavailableError, SessionNotFoundError
 from .models import now_ms
 
 _seq = itertools.count(1)
+_clock = {"ms": 0, "counter": 0}
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def _id(prefix: str) -> str:
-    """Ascending ids like OpenCode's (creation order = sort order)."""
-    return f"{prefix}_{now_ms():012x}{next(_seq):08x}{os.urandom(4).hex()}"
+    """Ascending ids as OpenCode makes them: 12 hex digits of ``(ms * 0x1000 + counter) mod
+    2**48`` (the counter restarts each millisecond), then 14 random base62 characters."""
+    ms = now_ms()
+    if ms != _clock["ms"]:
+        _clock["ms"], _clock["counter"] = ms, 0
+    _clock["counter"] += 1
+    stamp = (ms * 0x1000 + _clock["counter"]) % (1 << 48)
+    tail = "".join(_BASE62[b % 62] for b in os.urandom(14))
+    return f"{prefix}_{stamp:012x}{tail}"
 
 
 class ProviderError(Exception):
@@ -243,13 +252,36 @@ class InProcessBackend:
         self._session(session_id)
         return json.dumps(self._messages[session_id]).encode()
 
+    def _stored(self, session_id: str, message_id: str | None) -> JSON | None:
+        """The message with this id, if the session has it."""
+        if message_id is None:
+            return None
+        for message in self._messages[session_id]:
+            if message["info"]["id"] == message_id:
+                return message
+        return None
+
+    def _answered(self, session_id: str, user: JSON) -> bool:
+        """A run is going on, or an assistant message came after `user` (OpenCode's loop ends
+        at once then: a prompt re-sent with the same id is not answered twice)."""
+        running = self._running.get(session_id)
+        if running is not None and not running.done():
+            return True
+        return any(
+            m["info"].get("role") == "assistant" and m["info"]["id"] > user["info"]["id"]
+            for m in self._messages[session_id]
+        )
+
     def _add_user(self, session_id: str, request: PromptRequest) -> JSON:
         self._session(session_id)
         self.prompts.append((session_id, request.body()))
         if session_id in self.fail_prompts:
             raise BackendUnavailableError(f"prompt to {session_id} failed (test knob)")
+        stored = self._stored(session_id, request.message_id)
+        if stored is not None:
+            return stored  # OpenCode stores a message id once
         info: JSON = {
-            "id": _id("msg"),
+            "id": request.message_id or _id("msg"),
             "sessionID": session_id,
             "role": "user",
             "time": {"created": now_ms()},
@@ -258,10 +290,10 @@ class InProcessBackend:
         }
         if request.tools:
             info["tools"] = dict(request.tools)
-        message = {
-            "info": info,
-            "parts": [self._part(info["id"], session_id, "text", text=request.text)],
-        }
+        part = self._part(info["id"], session_id, "text", text=request.text)
+        if request.message_id:
+            part["id"] = part_id_of(request.message_id)
+        message: JSON = {"info": info, "parts": [part]}
         self._messages[session_id].append(message)
         self.publish("message.updated", {"sessionID": session_id, "info": info})
         return message
@@ -280,7 +312,7 @@ class InProcessBackend:
 
     async def prompt_async(self, session_id: str, request: PromptRequest) -> None:
         user = self._add_user(session_id, request)
-        if request.no_reply:
+        if request.no_reply or self._answered(session_id, user):
             return
         previous = self._running.get(session_id)
         if previous is not None and not previous.done():

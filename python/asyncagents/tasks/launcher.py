@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .backend import PromptRequest, SessionBackend
@@ -73,19 +73,32 @@ class Launcher:
         self._config = config
         self._fork_builder = fork_builder
 
-    def request(self, task: Task, text: str) -> PromptRequest:
-        """A prompt to the child: its agent, the configured model, the task tools switched off."""
+    def request(self, task: Task, text: str, message_id: str | None) -> PromptRequest:
+        """A prompt to the child: its agent, the configured model, the task tools switched off,
+        and the message id chosen for it (the same id sent twice is one message)."""
         return PromptRequest(
-            text=text, agent=task.agent or None, tools=disabled_tools(), model=self._config.model
+            text=text,
+            agent=task.agent or None,
+            tools=disabled_tools(),
+            model=self._config.model,
+            message_id=message_id,
         )
 
-    async def launch(self, task: Task, run: Run) -> None:
-        """Fork context (when asked), then the prompt; any failure ends the task in error."""
+    async def launch(
+        self, task: Task, run: Run, present: Mapping[str, object] | None = None
+    ) -> None:
+        """Fork context (when asked), then the prompt; any failure ends the task in error.
+
+        `present`: the child's messages by id, when a manager starts again a launch that an
+        earlier one may have begun: a fork context already injected is not built again.
+        """
         assert task.session_id is not None
         step = "launch"
         try:
             after: str | None = None
-            if task.is_forked:
+            if task.is_forked and present and task.context_message_id in present:
+                after = task.context_message_id
+            elif task.is_forked:
                 step = "fork: reading the parent's messages"
                 raw = await self._backend.messages_raw(task.parent_session_id)
                 step = "fork: building the context"
@@ -95,7 +108,9 @@ class Launcher:
                     step = "fork: injecting the context"
                     injected = await self._backend.prompt(
                         task.session_id,
-                        self.request(task, ctx.text).model_copy(update={"no_reply": True}),
+                        self.request(task, ctx.text, task.context_message_id).model_copy(
+                            update={"no_reply": True}
+                        ),
                     )
                     after = str(injected["info"]["id"])
                 await self._recorder.apply(
@@ -125,7 +140,9 @@ class Launcher:
     async def start_turn(self, task: Task, run: Run, text: str, after: str | None) -> None:
         """prompt_async, then record that the turn runs (and check once: it may be over)."""
         assert task.session_id is not None
-        await self._backend.prompt_async(task.session_id, self.request(task, text))
+        await self._backend.prompt_async(
+            task.session_id, self.request(task, text, task.prompt_message_id)
+        )
         run.after_message_id = after
         run.prompt_sent = True
         run.progressed()  # the idle clock starts with the turn

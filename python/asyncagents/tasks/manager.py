@@ -45,7 +45,7 @@ from .guards import checked_limits
 from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
-from .models import OutputResult, Task, TaskLimits, TaskStatus, new_id
+from .models import OutputResult, Task, TaskLimits, TaskStatus, message_id_after, new_id, now_ms
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
@@ -74,6 +74,17 @@ NOT_STARTED = (
 )
 #: how many candidates an ambiguous id prefix names
 PREFIX_CANDIDATES = 5
+
+
+def _created_ms(session: JSON) -> int:
+    """When the server created a session (its clock, which its message ids follow)."""
+    created = (session.get("time") or {}).get("created")
+    return created if isinstance(created, int) and created > 0 else now_ms()
+
+
+def _token() -> str:
+    """A random alphanumeric tail that makes a chosen message id unique."""
+    return os.urandom(5).hex()
 
 
 def default_store_path() -> Path:
@@ -119,6 +130,8 @@ class TaskManager:
         self.instance_id = self.config.instance_id or new_id("mgr")
         self.registry = RunRegistry()
         self.jobs = Jobs()
+        #: launches and follow-ups whose prompt is being sent; a graceful close waits for them
+        self.launches = Jobs()
         self.courier = NoticeCourier(
             backend,
             self.store,
@@ -197,14 +210,19 @@ class TaskManager:
 
     async def close(self) -> None:
         """Stop watching and drop the lease: tasks keep running in the server, and another
-        manager of the backend (or the next start) takes them over at once."""
+        manager of the backend (or the next start) takes them over at once.
+
+        Prompts being sent are waited for first, up to ``drain_timeout`` seconds; a send cut off
+        after that is sent again by the next owner, with the same message id (so once)."""
         async with self._start_lock:
             if not self._started:
                 return
+            await self.launches.wait_idle(self.config.drain_timeout)
             self._started = False
             await self.leases.stop(drop_lease=False)
             await self.watcher.stop()
             await self.courier.stop()
+            await self.launches.cancel_all()
             await self.jobs.cancel_all()
             for run in self.registry:
                 self.registry.drop(run.task_id)
@@ -272,8 +290,11 @@ class TaskManager:
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
         )
         session_id = str(session["id"])
+        context_id = message_id_after(None, _created_ms(session), _token())
         task = Task(
             id=new_id("tsk"),
+            context_message_id=context_id,
+            prompt_message_id=message_id_after(context_id, 0, _token()),
             parent_session_id=parent_session_id,
             session_id=session_id,
             prompt=prompt,
@@ -300,7 +321,7 @@ class TaskManager:
             raise StoreError(f"storing the new task failed: {exc}") from exc
         self.recorder.changed(task, "task.created")
         run = self.watcher.follow(task)
-        self.jobs.spawn(self.launcher.launch(task, run))
+        self.launches.spawn(self.launcher.launch(task, run))
         return task
 
     async def output(
@@ -421,7 +442,10 @@ class TaskManager:
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
         """Wait until no background job (launch, check) is in flight (for tests)."""
-        await self.jobs.wait_idle(timeout)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        await self.launches.wait_idle(timeout)
+        await self.jobs.wait_idle(max(0.0, end - loop.time()))
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -466,13 +490,16 @@ class TaskManager:
             raise SessionExpiredError(task.id, None)
         await self._check_tree_budget(task.tree_id)
         try:
-            await self.backend.get_session(task.session_id)
+            session = await self.backend.get_session(task.session_id)
             last = await self.backend.messages(task.session_id, limit=1)
         except SessionNotFoundError:
             raise SessionExpiredError(task.id, task.session_id) from None
         after = str(last[-1]["info"]["id"]) if last else None
+        message_id = message_id_after(after, _created_ms(session), _token())
         out = await self.recorder.apply(
-            task.id, resumed(prompt, after, self.instance_id, limits), "task.resumed"
+            task.id,
+            resumed(prompt, after, self.instance_id, message_id, limits),
+            "task.resumed",
         )
         if out is None:
             current = await self._resolve(task.id, parent_session_id)
@@ -481,38 +508,60 @@ class TaskManager:
             raise TaskNotCompletedError(task.id, current.status.value)
         task = out[0]
         run = self.watcher.follow(task)
-        self.jobs.spawn(self.launcher.resume(task, run, prompt, after))
+        self.launches.spawn(self.launcher.resume(task, run, prompt, after))
         return task
 
     async def _adopt(self, tasks: builtins.list[Task]) -> None:
-        """Follow tasks taken over from a dead (or closed) manager."""
+        """Follow tasks taken over from a dead (or closed) manager; start again the turns whose
+        prompt may not have reached the server (re-sending it is idempotent: same message id)."""
         for task in tasks:
-            if task.session_id is not None and task.turn_started_at is None:
-                task = await self._started_unrecorded(task) or task
-            if task.session_id is None or task.turn_started_at is None:
-                # its manager stopped between accepting the task and starting the turn
+            if task.session_id is None:
+                # stored by an older version between accepting the task and creating its session
                 await self.watcher.finish(task.id, task.turn, TaskStatus.ERROR, error=NOT_STARTED)
                 continue
-            self.watcher.follow(task)
+            if task.turn_started_at is not None:
+                self.watcher.follow(task)
+                continue
+            present = await self._message_ids(task)
+            started_task = await self._started_unrecorded(task, present)
+            if started_task is not None:
+                self.watcher.follow(started_task)
+                continue
+            run = self.watcher.follow(task)
+            if task.status is TaskStatus.RESUMED:
+                prompt = task.last_prompt or task.prompt
+                after = task.turn_after_message_id
+                self.launches.spawn(self.launcher.resume(task, run, prompt, after))
+            else:
+                self.launches.spawn(self.launcher.launch(task, run, present))
 
-    async def _started_unrecorded(self, task: Task) -> Task | None:
-        """The task, recorded as started, if its turn's prompt is in the child's messages (its
-        manager stopped after sending it, before storing that); None if it was never sent."""
+    async def _message_ids(self, task: Task) -> dict[str, JSON] | None:
+        """The child's messages by id, or None when they cannot be read now."""
         assert task.session_id is not None
         try:
             messages = await self.backend.messages(task.session_id)
         except BackendError as exc:
             log.info("adopting %s: its messages cannot be read (%s)", task.id, exc)
             return None
+        return {str((m.get("info") or {}).get("id", "")): m for m in messages}
+
+    async def _started_unrecorded(self, task: Task, present: dict[str, JSON] | None) -> Task | None:
+        """The task, recorded as started, if its turn's prompt is in the child's messages (its
+        manager stopped after sending it, before storing that); None if it was not sent."""
+        if present is None:
+            return None
         after = task.turn_after_message_id
         previous: str | None = after
-        for message in messages:
+        for message_id, message in present.items():
             info = message.get("info") or {}
-            message_id = str(info.get("id", ""))
             if after is not None and message_id <= after:
                 continue
-            texts = [p.get("text") for p in message.get("parts") or () if isinstance(p, dict)]
-            if info.get("role") == "user" and task.last_prompt in texts:
+            if task.prompt_message_id is not None:
+                sent = message_id == task.prompt_message_id
+            else:  # stored by an older version: the prompt is found by its text
+                texts = [p.get("text") for p in message.get("parts") or () if isinstance(p, dict)]
+                sent = info.get("role") == "user" and task.last_prompt in texts
+            if sent:
                 out = await self.recorder.apply(
                     task.id, started(task.turn, previous), "task.updated", background=True
                 )

@@ -39,6 +39,27 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{now_ms():012x}{next(_SEQ) % 0xFFFFFF:06x}{os.urandom(4).hex()}"
 
 
+#: OpenCode's message ids: ``msg_`` + 12 hex digits of ``(ms * 0x1000 + counter) mod 2**48``
+_ID_TIME_MOD = 1 << 48
+
+
+def message_id_after(previous: str | None, created_ms: int, token: str) -> str:
+    """A message id of our choosing that sorts right after `previous` (the session's newest
+    message) and before any message the server creates later.
+
+    OpenCode takes a prompt's ``messageID`` as the user message's id, and a prompt sent twice with
+    one id is stored once and answered once; so a re-sent prompt is idempotent. OpenCode sorts
+    messages by id and ends its loop when the newest assistant id passes the newest user id, so
+    ours must sort between the messages before it and the reply: ``previous + token`` does (any
+    later id differs from `previous` within its length). A session without messages gets
+    OpenCode's own id of its creation time with counter 0, which sorts before every id OpenCode
+    makes at or after that time. `token` (alphanumeric) makes the id unique to the task's turn.
+    """
+    if previous is None:
+        previous = f"msg_{(created_ms * 0x1000) % _ID_TIME_MOD:012x}"
+    return previous + token
+
+
 class TaskProgress(BaseModel):
     """What a running child has done so far, for the output tool."""
 
@@ -111,6 +132,10 @@ class Task(BaseModel):
     turn_after_message_id: str | None = None
     #: set once the turn's prompt was accepted by the server
     turn_started_at: int | None = None
+    #: the message ids chosen for the fork context and the current turn's prompt, so a prompt
+    #: re-sent after a stop or a crash is one message, answered once (`message_id_after`)
+    context_message_id: str | None = None
+    prompt_message_id: str | None = None
     last_prompt: str | None = None
     created_at: int = Field(default_factory=now_ms)
     updated_at: int = Field(default_factory=now_ms)

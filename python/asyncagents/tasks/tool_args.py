@@ -313,7 +313,7 @@ def parse_arguments(tool: str, arguments: Any) -> Mapping[str, Any] | str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             return f"Error: the arguments of {tool} are not valid JSON ({exc})."
     if not isinstance(arguments, Mapping):
         kind = "a list" if isinstance(arguments, (list, tuple)) else type(arguments).__name__

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..plain import surrogate_free
 from .conversation import read_conversation
-from .errors import TaskError
+from .errors import StoreError, TaskError
 from .models import OutputResult, Task, TaskStatus, now_ms
 from .notices import usage_line
 from .tool_args import (
@@ -249,6 +249,15 @@ def format_unexpected(tool: str, exc: BaseException) -> str:
     )
 
 
+def format_store_failed(tool: str) -> str:
+    """Reply when the task store failed (its message, which may name a DSN, is only logged)."""
+    return (
+        f"Error: {tool} failed: the task store is unavailable (the asyncagents service's log "
+        "has the details). Call asyncagents_list to see whether it took effect before trying "
+        "again."
+    )
+
+
 def _safe_str(value: object) -> str:
     try:
         return str(value)
@@ -382,6 +391,10 @@ async def run_tool(
         except ValidationError as exc:
             return format_bad_arguments(name, exc)
         text = await _dispatch(manager, session_id, name, args, interrupt)
+    except StoreError:
+        # its message names the store's file or DSN: for the service's log, not the agent
+        log.exception("%s failed for session %r: the task store failed", name, session_id)
+        text = format_store_failed(name)
     except TaskError as exc:
         text = f"Error: {_safe_str(exc)}"
     except asyncio.CancelledError:

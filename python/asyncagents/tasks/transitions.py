@@ -160,11 +160,16 @@ def cancelled() -> Mutation:
 
 
 def resumed(
-    prompt: str, after_message_id: str | None, owner: str, limits: TaskLimits | None = None
+    prompt: str,
+    after_message_id: str | None,
+    owner: str,
+    message_id: str | None = None,
+    limits: TaskLimits | None = None,
 ) -> Mutation:
     """A follow-up turn starts on a completed task; the resuming manager becomes its owner.
 
-    `limits` the follow-up asked for replace the task's (those it leaves out stay).
+    `message_id` is the id its prompt is sent with (`models.message_id_after`); `limits` the
+    follow-up asked for replace the task's (those it leaves out stay).
     """
 
     def mutate(t: Task) -> Outcome:
@@ -176,6 +181,7 @@ def resumed(
         t.turn += 1
         t.last_prompt = prompt
         t.turn_after_message_id = after_message_id
+        t.prompt_message_id = message_id
         t.turn_started_at = None
         t.result_retrieved_at = None
         t.error = None

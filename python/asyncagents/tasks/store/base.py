@@ -14,6 +14,8 @@ write never stalls other tasks. Guarantees shared by all stores:
   every listing, and `get`/`update`/`find_by_session` treat it as absent: one bad row never
   makes a store unusable (`ids_with_prefix` reads only ids, so it still lists its id, and
   `delete_parent` removes it with its parent);
+- a key (id, session, parent, backend, owner) holding a NUL character matches nothing on every
+  store: a lookup finds nothing (PostgreSQL text cannot hold NUL; it cannot store one either);
 - failures of the underlying database raise `StoreError` naming the file or DSN.
 """
 

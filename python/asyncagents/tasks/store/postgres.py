@@ -79,6 +79,12 @@ def redact_dsn(dsn: str) -> str:
     return make_conninfo("", **params)
 
 
+def _has_nul(*values: object) -> bool:
+    """Whether a text holds NUL, which PostgreSQL text cannot: no row can match it (a lookup
+    finds nothing, as on the other stores), and it cannot be written."""
+    return any(isinstance(v, str) and "\x00" in v for v in values)
+
+
 def _where(clauses: Sequence[tuple[str, Any]]) -> tuple[str, list[Any]]:
     """``col = %s AND ...`` for every clause whose value is not None, and the values."""
     given = [(column, value) for column, value in clauses if value is not None]
@@ -132,6 +138,14 @@ class PostgresTaskStore:
         if self._password:
             cause = cause.replace(str(self._password), "***")
         return StoreError(f"{self._where}: {what} failed: {cause}")
+
+    def _check_writable(self, *values: object) -> None:
+        """`StoreError` for a key PostgreSQL text cannot hold (NUL), before any statement."""
+        if _has_nul(*values):
+            raise StoreError(
+                f"{self._where}: cannot store a key holding a NUL character (PostgreSQL text "
+                "cannot hold one)"
+            )
 
     def _connect_kwargs(self) -> dict[str, Any]:
         return {"autocommit": True, "connect_timeout": max(1, round(self.connect_timeout))}
@@ -278,6 +292,7 @@ class PostgresTaskStore:
         )
 
     async def insert(self, task: Task) -> None:
+        self._check_writable(task.id, task.parent_session_id, task.session_id, task.backend)
         await self._execute(
             f"inserting task {task.id}",
             "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
@@ -286,6 +301,8 @@ class PostgresTaskStore:
         )
 
     async def get(self, task_id: str) -> Task | None:
+        if _has_nul(task_id):
+            return None
         rows = await self._fetch(
             f"reading task {task_id}",
             f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s",
@@ -297,6 +314,8 @@ class PostgresTaskStore:
     async def ids_with_prefix(
         self, prefix: str, parent_session_id: str | None = None, limit: int = 2
     ) -> list[str]:
+        if _has_nul(prefix, parent_session_id):
+            return []
         where, args = _where([("parent_session_id", parent_session_id)])
         rows = await self._fetch(
             "looking up task ids",
@@ -306,6 +325,8 @@ class PostgresTaskStore:
         return [str(r[0]) for r in rows]
 
     async def update(self, task_id: str, mutate: Mutation) -> tuple[Task, Notice | None] | None:
+        if _has_nul(task_id):
+            return None
         async with self._connection(f"updating task {task_id}") as conn, conn.transaction():
             cur = await conn.execute(
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (task_id,)
@@ -315,6 +336,9 @@ class PostgresTaskStore:
             if out is None:
                 return None
             new, notice = out
+            self._check_writable(new.parent_session_id, new.session_id, new.backend, new.owner)
+            if notice is not None:
+                self._check_writable(notice.id, notice.parent_session_id, notice.backend)
             await conn.execute(
                 "UPDATE tasks SET parent_session_id = %s, session_id = %s, status = %s, "
                 "created_at = %s, data = %s, backend = %s, owner = %s WHERE id = %s",
@@ -351,6 +375,8 @@ class PostgresTaskStore:
         backend: str | None = None,
         owner: str | None = None,
     ) -> list[Task]:
+        if _has_nul(parent_session_id, backend, owner):
+            return []
         where, args = _where(
             [("parent_session_id", parent_session_id), ("backend", backend), ("owner", owner)]
         )
@@ -368,6 +394,8 @@ class PostgresTaskStore:
         return self._tasks(rows)
 
     async def find_by_session(self, session_id: str) -> Task | None:
+        if _has_nul(session_id):
+            return None
         rows = await self._fetch(
             f"finding the task of session {session_id}",
             f"SELECT {_TASK_COLUMNS} FROM tasks WHERE session_id = %s "
@@ -378,6 +406,8 @@ class PostgresTaskStore:
         return tasks[0] if tasks else None
 
     async def delete_parent(self, parent_session_id: str, backend: str | None = None) -> list[Task]:
+        if _has_nul(parent_session_id, backend):
+            return []
         where, args = _where([("parent_session_id", parent_session_id), ("backend", backend)])
         what = f"deleting the tasks of parent {parent_session_id}"
         async with self._connection(what) as conn, conn.transaction():
@@ -392,6 +422,7 @@ class PostgresTaskStore:
     # --- ownership -------------------------------------------------------------------------------
 
     async def renew_lease(self, owner: str, backend: str, ttl: float) -> None:
+        self._check_writable(owner, backend)
         await self._execute(
             f"renewing the lease of {owner}",
             f"INSERT INTO leases (owner, backend, expires_at) VALUES (%s, %s, {_NOW} + %s) "
@@ -401,11 +432,14 @@ class PostgresTaskStore:
         )
 
     async def drop_lease(self, owner: str) -> None:
+        if _has_nul(owner):
+            return
         await self._execute(
             f"dropping the lease of {owner}", "DELETE FROM leases WHERE owner = %s", (owner,)
         )
 
     async def take_over(self, owner: str, backend: str, limit: int = 500) -> list[Task]:
+        self._check_writable(owner, backend)
         # Step 1 locks candidates (SKIP LOCKED: rows another taker holds are left to it). A row
         # that another taker changed after this statement's snapshot is re-checked against its
         # new owner but with the old snapshot of `leases`, which may miss that taker's fresh
@@ -440,6 +474,8 @@ class PostgresTaskStore:
     async def notices(
         self, parent_session_id: str | None = None, *, backend: str | None = None
     ) -> list[Notice]:
+        if _has_nul(parent_session_id, backend):
+            return []
         where, args = _where([("parent_session_id", parent_session_id), ("backend", backend)])
         rows = await self._fetch(
             "listing notices",
@@ -457,6 +493,8 @@ class PostgresTaskStore:
         parent_session_id: str | None = None,
         limit: int = 100,
     ) -> list[Notice]:
+        if _has_nul(owner, backend, parent_session_id):
+            return []
         parent = "" if parent_session_id is None else "AND parent_session_id = %(parent)s "
         rows = await self._fetch(
             f"claiming notices of backend {backend!r} for {owner}",
@@ -479,6 +517,8 @@ class PostgresTaskStore:
         return self._notices(rows)
 
     async def release_notice(self, notice: Notice) -> None:
+        if _has_nul(notice.id, notice.claimed_by):
+            return
         data = notice.model_copy(update={"claimed_by": None, "claim_expires_at": None})
         await self._execute(
             f"releasing notice {notice.id}",
@@ -488,6 +528,8 @@ class PostgresTaskStore:
         )
 
     async def delete_notice(self, notice_id: str) -> None:
+        if _has_nul(notice_id):
+            return
         await self._execute(
             f"deleting notice {notice_id}", "DELETE FROM notices WHERE id = %s", (notice_id,)
         )
