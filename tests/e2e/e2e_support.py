@@ -32,6 +32,8 @@ STARTUP_TIMEOUT = 60.0
 
 #: OpenCode's default agent
 AGENT = "build"
+#: the fake model's price (USD per million tokens), as OpenCode's config takes it
+PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
 
 _NO_REGISTRY = "http://127.0.0.1:9/"
 _OFFLINE_FLAGS = (
@@ -122,6 +124,8 @@ class OpenCodeServer:
                             "name": "Fake",
                             "limit": {"context": 200000, "output": 8192},
                             "tool_call": True,
+                            # USD per million tokens: OpenCode prices every step with it
+                            "cost": PRICE,
                         }
                     },
                 }

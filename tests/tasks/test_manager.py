@@ -172,19 +172,31 @@ async def test_concurrent_resumes_only_one_wins(
     assert out.task.resume_count == 1 and out.task.status is TaskStatus.COMPLETED
 
 
-async def test_resume_notice_has_the_full_response(
+async def test_resume_notice_has_the_response_up_to_the_notice_bound(
     manager: TaskManager, backend: InProcessBackend, parent: str
 ) -> None:
     task = await manager.task(parent, "start", "explore", "d")
     await manager.output(task.id, block=True, timeout=5)
-    long = "x" * 5000
+    long = "x" * 3000 + "y" * 2000
     resumed = await manager.task(parent, long, "", "", resume=task.id)
     assert resumed.status is TaskStatus.RESUMED and resumed.resume_count == 1
     out = await manager.output(task.id, block=True, timeout=5)
     assert out.task.result == "Reply to: " + long
     await until(lambda: _count(backend, parent, 2))
     notices = await notices_in(backend, parent)
-    assert "answered your follow-up" in notices[1] and ("Reply to: " + long) in notices[1]
+    # 5,010 characters: the first 3,200 and the last 800 around the fork pipeline's marker
+    shown = (
+        "Full response:\nReply to: "
+        + "x" * 3000
+        + "y" * 190
+        + "\n...[truncated 1010 chars]...\n"
+        + "y" * 800
+    )
+    assert "answered your follow-up" in notices[1] and shown in notices[1]
+    assert (
+        f"{'y' * 800}\nThe result above is cut; it has 5,010 characters. Read all of it with "
+        f'`asyncagents_output(task_id="{task.id}")`.\n\n'
+    ) in notices[1]
 
 
 async def _count(backend: InProcessBackend, parent: str, n: int) -> bool:

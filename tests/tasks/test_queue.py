@@ -89,6 +89,11 @@ async def launch(manager: TaskManager, parent: str, prompt: str, **extra: object
     )
 
 
+_COUNTS = "0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00"
+NO_USAGE = f"Usage: {_COUNTS}."
+NO_USAGE_RESUMED = f"Usage: this turn {_COUNTS}; all turns {_COUNTS}."
+
+
 def task_id_of(text: str) -> str:
     found = re.search(r"tsk_[0-9a-f]+", text)
     assert found, text
@@ -138,12 +143,13 @@ async def test_max_running_queues_the_rest_with_its_place_and_runs_them_in_order
             f"Task `{ids[3]}` [queued] {AGENT}: a job\nWaiting in the queue: position 2 in the "
             "queue; 2/2 running on this server (max_running).\nThe task starts by itself: "
             "continue with other work (you will get a notice), or call asyncagents_output "
-            "again with block=true to wait."
+            f"again with block=true to wait.\n{NO_USAGE}"
         )
         listing = await run_tool(manager, parent, "asyncagents_list", {"status": "queued"})
         assert listing == (
             "Background tasks (newest first):\n"
-            f"- `{ids[3]}` [queued] {AGENT}: a job\n- `{ids[2]}` [queued] {AGENT}: a job"
+            f"- `{ids[3]}` [queued] {AGENT}: a job (0 tokens, $0.00)\n"
+            f"- `{ids[2]}` [queued] {AGENT}: a job (0 tokens, $0.00)"
         )
         # a queued task's session was never sent a prompt
         assert [
@@ -299,7 +305,7 @@ async def test_a_queued_follow_up_and_its_texts(
             f"Task `{first}` (resumed) [queued] {AGENT}: a job\nWaiting in the queue: position 1 "
             "in the queue; 1/1 running on this server (max_running).\nThe follow-up starts by "
             "itself: continue with other work (you will get a notice), or call "
-            "asyncagents_output again with block=true to wait."
+            f"asyncagents_output again with block=true to wait.\n{NO_USAGE_RESUMED}"
         )
         gates.open("a")
         out = await manager.output(first, block=True, timeout=10)

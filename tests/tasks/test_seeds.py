@@ -27,6 +27,8 @@ from parent_notices import notices_in
 from polling import until
 from tasks_script import Script
 
+NO_TOKENS = "0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00"
+
 
 async def test_a_failed_follow_up_returns_the_task_to_completed(
     manager: TaskManager, backend: InProcessBackend, parent: str
@@ -46,7 +48,8 @@ async def test_a_failed_follow_up_returns_the_task_to_completed(
         "follow-ups\nError: APIError: Invalid request: rejected by the provider\n"
         "The task is completed again and keeps its previous result. Read it again with "
         f'`asyncagents_output(task_id="{task.id}")`. Resume it with '
-        f'`asyncagents_task(resume="{task.id}", prompt=...)`.\n\n'
+        f'`asyncagents_task(resume="{task.id}", prompt=...)`.\n'
+        f"Usage: this turn {NO_TOKENS}; all turns {NO_TOKENS}.\n\n"
         "You have no background tasks still running."
     )
     # and it can be resumed again

@@ -18,6 +18,7 @@ function property(spec, required) {
   else if (spec.type === "integer" || spec.type === "number") {
     schema = spec.type === "integer" ? z.number().int() : z.number()
     if (typeof spec.minimum === "number") schema = schema.min(spec.minimum)
+    if (typeof spec.exclusiveMinimum === "number") schema = schema.gt(spec.exclusiveMinimum)
     if (typeof spec.maximum === "number") schema = schema.max(spec.maximum)
   } else schema = z.string()
   if (spec.description) schema = schema.describe(spec.description)

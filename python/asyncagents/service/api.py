@@ -42,7 +42,7 @@ from ..tasks.errors import (
     TaskRequestError,
 )
 from ..tasks.manager import TaskManager
-from ..tasks.models import Task, TaskStatus
+from ..tasks.models import Task, TaskStatus, TaskUsage
 from .api_schema import OPENAPI
 from .auth import token_matches
 from .connections import abort_connection
@@ -315,6 +315,33 @@ def duration_summary(durations: Sequence[int]) -> JSON:
     }
 
 
+def usage_sums(tasks: Sequence[Task]) -> JSON:
+    """Tokens and cost of `tasks`: in all, and by agent, model, parent session and tree."""
+    total = TaskUsage()
+    groups: dict[str, dict[str, TaskUsage]] = {
+        "by_agent": {},
+        "by_model": {},
+        "by_parent": {},
+        "by_tree": {},
+    }
+
+    def add(group: str, key: str, usage: TaskUsage) -> None:
+        sums = groups[group]
+        sums[key] = sums.get(key, TaskUsage()) + usage
+
+    for task in tasks:
+        total = total + task.usage
+        add("by_agent", task.agent, task.usage)
+        add("by_parent", task.parent_session_id, task.usage)
+        add("by_tree", task.tree_id, task.usage)
+        for model, usage in task.usage_by_model.items():
+            add("by_model", model, usage)
+    out: JSON = {"total": total.model_dump(mode="json")}
+    for group, sums in groups.items():
+        out[group] = {k: sums[k].model_dump(mode="json") for k in sorted(sums)}
+    return out
+
+
 def count_tools(messages: list[JSON]) -> Counter[str]:
     """Tool calls by name in a conversation."""
     counts: Counter[str] = Counter()
@@ -483,10 +510,15 @@ class DashboardApi:
             and (needle is None or matches_text(t, needle))
         ]
         page, next_cursor = page_tasks(tasks, sort=sort, limit=limit, cursor=cursor)
+        live = [self.hub.with_live_progress(t) for t in tasks]
+        total = TaskUsage()
+        for task in live:
+            total = total + task.usage
         return JSONResponse(
             {
                 "tasks": [task_json(self.hub.with_live_progress(t)) for t in page],
                 "total": len(tasks),
+                "usage": total.model_dump(mode="json"),
                 "next_cursor": next_cursor.encode() if next_cursor else None,
             }
         )
@@ -556,7 +588,9 @@ class DashboardApi:
         params = _only(request, ("parent",))
         parent = params.get("parent") or None
         tasks = [
-            t for t in await self._all_tasks() if parent is None or t.parent_session_id == parent
+            self.hub.with_live_progress(t)
+            for t in await self._all_tasks()
+            if parent is None or t.parent_session_id == parent
         ]
         by_status = Counter(t.status.value for t in tasks)
         by_agent = Counter(t.agent for t in tasks)
@@ -573,6 +607,7 @@ class DashboardApi:
                     "unreadable_tasks": unreadable,
                 },
                 "durations": duration_summary(durations),
+                "usage": usage_sums(tasks),
             }
         )
 

@@ -203,10 +203,14 @@ OPENAPI: JSON = {
             },
             "TaskPage": {
                 "type": "object",
-                "required": ["tasks", "total", "next_cursor"],
+                "required": ["tasks", "total", "usage", "next_cursor"],
                 "properties": {
                     "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/Task"}},
                     "total": {"type": "integer"},
+                    "usage": {
+                        "$ref": "#/components/schemas/TaskUsage",
+                        "description": "Tokens and cost of every task matching the filters.",
+                    },
                     "next_cursor": {"type": ["string", "null"]},
                 },
             },
@@ -221,13 +225,32 @@ OPENAPI: JSON = {
             },
             "Stats": {
                 "type": "object",
-                "required": ["tasks", "by_status", "by_agent", "tool_calls", "durations"],
+                "required": ["tasks", "by_status", "by_agent", "tool_calls", "durations", "usage"],
                 "properties": {
                     "tasks": {"type": "integer"},
                     "by_status": {"type": "object"},
                     "by_agent": {"type": "object"},
                     "tool_calls": {"type": "object"},
                     "durations": {"type": "object"},
+                    "usage": {
+                        "type": "object",
+                        "description": "Tokens and cost: `total`, and `by_agent`, `by_model` "
+                        "(provider/model), `by_parent` (parent session) and `by_tree` (top-level "
+                        "session), each a map to a TaskUsage.",
+                        "required": ["total", "by_agent", "by_model", "by_parent", "by_tree"],
+                        "properties": {
+                            "total": {"$ref": "#/components/schemas/TaskUsage"},
+                            **{
+                                name: {
+                                    "type": "object",
+                                    "additionalProperties": {
+                                        "$ref": "#/components/schemas/TaskUsage"
+                                    },
+                                }
+                                for name in ("by_agent", "by_model", "by_parent", "by_tree")
+                            },
+                        },
+                    },
                 },
             },
         },

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 WakeMode = Literal["each", "all_done", "never"]
+#: the runaway guards: each may be ``off`` (None)
+GUARDS = ("max_runtime", "idle_timeout", "max_tool_calls", "max_cost", "max_tokens")
 
 #: defaults of the caps (why these: docs/limits.md)
 DEFAULT_MAX_RUNNING = 5
@@ -186,3 +188,49 @@ class TaskManagerConfig(BaseModel):
             return None
         provider, model = self.model.get("providerID"), self.model.get("modelID")
         return f"{provider}/{model}" if provider and model else None
+
+    # -- runaway guards (off: none); docs/limits.md says why each default ---------------------
+    max_runtime: float | None = Field(
+        default=1800.0,
+        gt=0,
+        description="seconds one turn of a task may run, from its start, before it is stopped "
+        "(off: no limit)",
+    )
+    idle_timeout: float | None = Field(
+        default=300.0,
+        gt=0,
+        description="seconds a running turn may go without a new message, part or tool "
+        "progress, even while the server says it is busy (a hung model stream), before it is "
+        "stopped (off: no limit)",
+    )
+    max_tool_calls: int | None = Field(
+        default=200,
+        ge=1,
+        description="tool calls one turn of a task may make before it is stopped (off: no limit)",
+    )
+    max_cost: float | None = Field(
+        default=10.0,
+        gt=0,
+        description="USD a task, and all the tasks of one top-level session's tree together, "
+        "may cost before the running ones are stopped (off: no limit)",
+    )
+    max_tokens: int | None = Field(
+        default=10_000_000,
+        ge=1,
+        description="tokens (input, output, reasoning, cache read and write) a task may use "
+        "over all its turns before it is stopped (off: no limit)",
+    )
+    notice_result_chars: int = Field(
+        default=4000,
+        ge=100,
+        description="characters of results one notice delivery carries at most (head and "
+        "tail kept; asyncagents_output reads the rest)",
+    )
+
+    @field_validator(*GUARDS, mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        """``off`` (an option, a variable, a file) switches a guard off."""
+        if isinstance(value, str) and value.strip().lower() == "off":
+            return None
+        return value

@@ -13,6 +13,16 @@ class TaskRequestError(TaskError, ValueError):
     """A tool call the manager refuses as asked (bad or conflicting arguments)."""
 
 
+class TreeBudgetSpentError(TaskRequestError):
+    """The tasks of the caller's tree have used up `max_cost`: no task starts in it any more."""
+
+    def __init__(self, root: str, cost: str, limit: str) -> None:
+        super().__init__(
+            f"the tasks of session `{root}` have cost {cost} together, which reaches this "
+            f"service's max_cost of {limit}; no more tasks can start or resume in this tree."
+        )
+
+
 class ForkResumeConflictError(TaskRequestError):
     """`fork` and `resume` were both given: a resumed task already has its own history."""
 

@@ -92,7 +92,9 @@ class InProcessBackend:
     Test knobs: `drop_events` (events are not published: proves reconciliation), `disconnect()`
     (ends every open event stream: proves reconnects), `fail_prompts` (session ids whose prompts
     fail as if the server were down: proves notice retries), `down` (every call fails).
-    `prompts` records every prompt body sent, until its session is deleted.
+    `prompts` records every prompt body sent, until its session is deleted. `step_usage`
+    (``{"tokens": {input, output, reasoning, cache: {read, write}}, "cost": USD}``) is what
+    every assistant message records, as a model's usage report would make OpenCode record it.
 
     Its `name` (the manager's default backend name) is ``inprocess:<random id>``, unique to
     this object: its sessions live in this object only, so no other backend, process or run of
@@ -113,6 +115,7 @@ class InProcessBackend:
         self.down = False
         self.fail_prompts: set[str] = set()
         self.prompts: list[tuple[str, JSON]] = []
+        self.step_usage: JSON | None = None
 
     def session_ids(self) -> list[str]:
         """The ids of every session it holds (deleted ones are gone with all they had)."""
@@ -191,6 +194,8 @@ class InProcessBackend:
             "providerID": "inprocess",
             "mode": "build",
         }
+        if self.step_usage is not None:
+            info.update(json.loads(json.dumps(self.step_usage)))
         if finish:
             info["finish"] = finish
         if error:

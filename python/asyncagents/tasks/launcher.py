@@ -173,6 +173,7 @@ class Launcher:
         )
         run.after_message_id = after
         run.prompt_sent = True
+        run.progressed()  # the idle clock starts with the turn
         out = await self._recorder.apply(
             task.id, started(task.turn, after), "task.updated", background=True
         )

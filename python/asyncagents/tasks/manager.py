@@ -46,11 +46,22 @@ from .errors import (
     TaskNotFoundError,
     TaskNotRunningError,
     TaskRequestError,
+    TreeBudgetSpentError,
 )
+from .guards import checked_limits
 from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
-from .models import OutputResult, Task, TaskChange, TaskStatus, message_id_after, new_id, now_ms
+from .models import (
+    OutputResult,
+    Task,
+    TaskChange,
+    TaskLimits,
+    TaskStatus,
+    message_id_after,
+    new_id,
+    now_ms,
+)
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
@@ -58,6 +69,7 @@ from .registry import Run, RunRegistry
 from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import cancelled, resumed, retrieved, started
+from .usage import usd
 from .watcher import STALLED, Watcher, abort_quietly
 
 __all__ = [
@@ -292,8 +304,12 @@ class TaskManager:
         description: str | None = None,
         fork: bool = False,
         resume: str | None = None,
+        limits: TaskLimits | None = None,
     ) -> Task:
         """Launch a task (or resume one, by id or unique id prefix) and return it at once.
+
+        `limits` lower the config's runaway guards for this task (a value above the config's
+        is refused with a `TaskRequestError`).
 
         The child session is created and the task stored, queued, here (a down server raises a
         `BackendError`, a failing store a `StoreError`, and nothing is left behind), then
@@ -309,12 +325,14 @@ class TaskManager:
             raise ForkResumeConflictError()
         if not prompt or not prompt.strip():
             raise TaskRequestError("prompt is empty: give the sub-agent its full instructions.")
+        asked = checked_limits(self.config, limits)
         if resume:
-            return await self._resume(parent_session_id, resume, prompt)
+            return await self._resume(parent_session_id, resume, prompt, limits)
         if not agent:
             raise TaskRequestError("agent is required for a new task.")
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
         depth, root = await self._depth_of(parent_session_id)
+        await self._check_tree_budget(root)
         session = await self.backend.create_session(
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
         )
@@ -338,6 +356,7 @@ class TaskManager:
             model=self.config.model_key,
             depth=depth,
             root_session_id=root,
+            limits=asked,
         )
         try:
             await self.store.insert(task)
@@ -381,7 +400,7 @@ class TaskManager:
             waited = loop.time() - begin
             task = await self._resolve(task.id, parent_session_id)
         if task.status.active:
-            task.progress = await self.watcher.fresh_progress(task)
+            task = await self.watcher.fresh(task)
         elif task.result_retrieved_at is None:
             try:
                 marked = await self.recorder.apply(task.id, retrieved(task.turn), "task.updated")
@@ -519,7 +538,19 @@ class TaskManager:
             raise TaskNotFoundError(task_id)
         return task
 
-    async def _resume(self, parent_session_id: str, task_id: str, prompt: str) -> Task:
+    async def _check_tree_budget(self, root: str) -> None:
+        """Refuse a turn in a tree whose tasks have used up `max_cost` (it would be stopped at
+        its first check)."""
+        limit = self.config.max_cost
+        if limit is None:
+            return
+        spent = await self.watcher.tree.total(root)
+        if spent >= limit:
+            raise TreeBudgetSpentError(root, usd(spent), usd(limit))
+
+    async def _resume(
+        self, parent_session_id: str, task_id: str, prompt: str, limits: TaskLimits | None
+    ) -> Task:
         task = await self._resolve(task_id, parent_session_id)
         if _being_resumed(task):
             raise TaskBeingResumedError(task.id)
@@ -527,6 +558,7 @@ class TaskManager:
             raise TaskNotCompletedError(task.id, task.status.value)
         if not task.session_id:
             raise SessionExpiredError(task.id, None)
+        await self._check_tree_budget(task.tree_id)
         try:
             session = await self.backend.get_session(task.session_id)
             last = await self.backend.messages(task.session_id, limit=1)
@@ -535,7 +567,9 @@ class TaskManager:
         after = str(last[-1]["info"]["id"]) if last else None
         message_id = message_id_after(after, _created_ms(session), _token())
         out = await self.recorder.apply(
-            task.id, resumed(prompt, after, self.instance_id, message_id), "task.resumed"
+            task.id,
+            resumed(prompt, after, self.instance_id, message_id, limits),
+            "task.resumed",
         )
         if out is None:
             current = await self._resolve(task.id, parent_session_id)

@@ -76,6 +76,49 @@ class TaskProgress(BaseModel):
     steps: int = 0
 
 
+class TaskUsage(BaseModel):
+    """Tokens and cost of a child's model calls: the sums of its assistant messages'
+    ``info.tokens`` and ``info.cost`` (USD, as OpenCode prices them)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Every token counted: input, output, reasoning, cache read and cache write."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.reasoning_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+    def __add__(self, other: TaskUsage) -> TaskUsage:
+        return TaskUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost=self.cost + other.cost,
+        )
+
+
+class TaskLimits(BaseModel):
+    """Limits the `asyncagents_task` call set for one task, lower than the manager's (None:
+    the manager's)."""
+
+    max_runtime: float | None = None
+    max_tool_calls: int | None = None
+    max_cost: float | None = None
+    max_tokens: int | None = None
+
+
 class Task(BaseModel):
     """One background task: a child session of `parent_session_id` running `prompt`."""
 
@@ -133,6 +176,18 @@ class Task(BaseModel):
             self.root_session_id = self.parent_session_id
         return self
 
+    #: tokens and cost of every turn together, and of the current (or last) turn
+    usage: TaskUsage = Field(default_factory=TaskUsage)
+    turn_usage: TaskUsage = Field(default_factory=TaskUsage)
+    #: `usage` by model (``providerID/modelID`` of the assistant messages)
+    usage_by_model: dict[str, TaskUsage] = Field(default_factory=dict)
+    limits: TaskLimits = Field(default_factory=TaskLimits)
+
+    @property
+    def tree_id(self) -> str:
+        """The top-level session whose tree of tasks this task belongs to."""
+        return self.root_session_id or self.parent_session_id
+
     @property
     def label(self) -> str:
         """The id with the seed's marks: ``(forked)`` and ``(resumed)``."""
@@ -170,6 +225,10 @@ class Notice(BaseModel):
     #: manager instance that claimed the notice for delivery, until `claim_expires_at` (ms)
     claimed_by: str | None = None
     claim_expires_at: int | None = None
+    #: the whole result the text shows (cut), and where it sits in the text: a delivery of
+    #: many notices cuts it further to keep them all within a bound
+    result: str | None = None
+    result_span: tuple[int, int] | None = None
 
 
 class OutputResult(BaseModel):

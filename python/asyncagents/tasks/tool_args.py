@@ -18,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from ..plain import surrogate_free
-from .models import TaskStatus
+from .models import TaskLimits, TaskStatus
 
 #: the one default wait of asyncagents_output(block=true), in code and in its description
 DEFAULT_OUTPUT_TIMEOUT_SECONDS = 120.0
@@ -107,11 +107,31 @@ def _status(value: Any) -> TaskStatus | None:
     raise _problem(f"must be one of {', '.join(s.value for s in TaskStatus)}")
 
 
+def _positive(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    number = _number(value)
+    if number <= 0:
+        raise _problem("must be more than 0")
+    return number
+
+
+def _positive_count(value: Any) -> int | None:
+    number = _positive(value)
+    if number is None:
+        return None
+    if not number.is_integer():
+        raise _problem("must be a whole number")
+    return int(number)
+
+
 Text = Annotated[str, BeforeValidator(_text)]
 OptionalText = Annotated[str | None, BeforeValidator(_optional_text)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Seconds = Annotated[float, BeforeValidator(_seconds)]
 Count = Annotated[int | None, BeforeValidator(_count)]
+Positive = Annotated[float | None, BeforeValidator(_positive)]
+PositiveCount = Annotated[int | None, BeforeValidator(_positive_count)]
 
 
 class ToolArguments(BaseModel):
@@ -132,6 +152,41 @@ class TaskArguments(ToolArguments):
     resume: OptionalText = Field(
         default=None, description="Id of a completed task to continue with `prompt`."
     )
+    max_runtime: Positive = Field(
+        default=None,
+        json_schema_extra={"exclusiveMinimum": 0},
+        description="Stop the task when one turn runs longer than this many seconds "
+        "(lowers the service's limit; cannot raise it).",
+    )
+    max_tool_calls: PositiveCount = Field(
+        default=None,
+        json_schema_extra={"minimum": 1},
+        description="Stop the task when one turn makes more tool calls than this (lowers the "
+        "service's limit).",
+    )
+    max_cost: Positive = Field(
+        default=None,
+        json_schema_extra={"exclusiveMinimum": 0},
+        description="Stop the task when it has cost more than this many USD (lowers the "
+        "service's limit).",
+    )
+    max_tokens: PositiveCount = Field(
+        default=None,
+        json_schema_extra={"minimum": 1},
+        description="Stop the task when it has used more tokens than this (lowers the "
+        "service's limit).",
+    )
+
+    @property
+    def limits(self) -> TaskLimits | None:
+        """The limits the call asked for, or None when it asked for none."""
+        asked = TaskLimits(
+            max_runtime=self.max_runtime,
+            max_tool_calls=self.max_tool_calls,
+            max_cost=self.max_cost,
+            max_tokens=self.max_tokens,
+        )
+        return asked if asked != TaskLimits() else None
 
 
 class OutputArguments(ToolArguments):

@@ -21,6 +21,7 @@ from .conversation import read_conversation
 from .errors import StoreError, TaskError
 from .markdown import code, code_label
 from .models import OutputResult, Task, TaskStatus, now_ms
+from .notices import usage_line
 from .tool_args import (
     DEFAULT_OUTPUT_TIMEOUT_SECONDS,
     MAX_OUTPUT_TIMEOUT_SECONDS,
@@ -34,6 +35,7 @@ from .tool_args import (
     parse_arguments,
     tool_parameters,
 )
+from .usage import usage_compact
 
 if TYPE_CHECKING:
     from .manager import TaskManager
@@ -200,7 +202,14 @@ def format_started(
 def format_output(
     out: OutputResult, place: QueuePlace | None = None, max_running: int | None = None
 ) -> str:
-    """Reply to asyncagents_output; `place` for a queued task."""
+    """Reply to asyncagents_output (`place` for a queued task); its last line is the task's
+    tokens and cost."""
+    return f"{_output_text(out, place, max_running)}\n{usage_line(out.task)}"
+
+
+def _output_text(
+    out: OutputResult, place: QueuePlace | None = None, max_running: int | None = None
+) -> str:
     task = out.task
     now = now_ms()
     head = f"Task {code_label(task)} [{task.status.value}] {task.agent}: {task.description}"
@@ -250,7 +259,10 @@ def format_list(tasks: list[Task]) -> str:
         return EMPTY_LIST
     lines = ["Background tasks (newest first):"]
     for task in tasks:
-        lines.append(f"- {code_label(task)} [{task.status.value}] {task.agent}: {task.description}")
+        lines.append(
+            f"- {code_label(task)} [{task.status.value}] {task.agent}: {task.description} "
+            f"({usage_compact(task.usage)})"
+        )
     return "\n".join(lines)
 
 
@@ -341,6 +353,7 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         description=args.description,
         fork=args.fork,
         resume=args.resume,
+        limits=args.limits,
     )
     place = await _place(manager, task)
     if task.status is TaskStatus.QUEUED and place is None:

@@ -12,8 +12,20 @@ the follow-up failed. A queued turn leaves the queue by `admitted` (see `admissi
 
 from __future__ import annotations
 
-from .models import Notice, NoticeKind, Task, TaskProgress, TaskStatus, new_id, now_ms
-from .notices import format_notice
+from dataclasses import dataclass
+
+from .models import (
+    Notice,
+    NoticeKind,
+    Task,
+    TaskLimits,
+    TaskProgress,
+    TaskStatus,
+    TaskUsage,
+    new_id,
+    now_ms,
+)
+from .notices import NOTICE_RESULT_CHARS, build_notice
 from .store import Mutation
 
 Outcome = tuple[Task, Notice | None] | None
@@ -23,6 +35,36 @@ def _touch(t: Task) -> None:
     """Mark a change: `updated_at` only grows, even when the clock of the host that makes this
     change is behind the one that made the last (readers order a task's copies by it)."""
     t.updated_at = max(now_ms(), t.updated_at + 1)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A task's counted usage: all turns, the current turn, all turns by model."""
+
+    total: TaskUsage
+    turn: TaskUsage
+    by_model: dict[str, TaskUsage]
+
+    def apply(self, t: Task) -> bool:
+        """Store it on `t`; True when something changed."""
+        if (t.usage, t.turn_usage, t.usage_by_model) == (self.total, self.turn, self.by_model):
+            return False
+        t.usage = self.total.model_copy()
+        t.turn_usage = self.turn.model_copy()
+        t.usage_by_model = {k: v.model_copy() for k, v in self.by_model.items()}
+        return True
+
+
+def counted(turn: int, usage: Usage) -> Mutation:
+    """Tokens and cost of a running turn, counted so far (other workers read them)."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.turn != turn or not t.status.active or not usage.apply(t):
+            return None
+        _touch(t)
+        return t, None
+
+    return mutate
 
 
 def started(turn: int, after_message_id: str | None) -> Mutation:
@@ -48,11 +90,14 @@ def finished(
     progress: TaskProgress | None = None,
     notify: bool = True,
     owner: str | None = None,
+    usage: Usage | None = None,
+    result_chars: int = NOTICE_RESULT_CHARS,
 ) -> Mutation:
     """End the turn once, with its notice for the parent (saved in the same transaction).
 
     With `owner`, only while that manager owns the task (after a takeover, the new owner ends it).
     A queued turn can end too (its fork could not be prepared).
+    The notice carries at most `result_chars` characters of the result.
     """
 
     def mutate(t: Task) -> Outcome:
@@ -66,6 +111,8 @@ def finished(
         t.result_retrieved_at = None
         if progress is not None:
             t.progress = progress
+        if usage is not None:
+            usage.apply(t)
         if followup and status is not TaskStatus.COMPLETED:
             # the session and its history are intact: keep the last good result
             t.status = TaskStatus.COMPLETED
@@ -81,17 +128,7 @@ def finished(
                 kind = NoticeKind.ERROR
         if not notify:
             return t, None
-        notice_id = new_id("ntc")
-        notice = Notice(
-            id=notice_id,
-            task_id=t.id,
-            parent_session_id=t.parent_session_id,
-            kind=kind,
-            turn=t.turn,
-            text=format_notice(notice_id, t, kind),
-            backend=t.backend,
-        )
-        return t, notice
+        return t, build_notice(new_id("ntc"), t, kind, result_chars)
 
     return mutate
 
@@ -125,11 +162,17 @@ def cancelled() -> Mutation:
 
 
 def resumed(
-    prompt: str, after_message_id: str | None, owner: str, message_id: str | None = None
+    prompt: str,
+    after_message_id: str | None,
+    owner: str,
+    message_id: str | None = None,
+    limits: TaskLimits | None = None,
 ) -> Mutation:
     """A follow-up turn of a completed task joins the queue (admission starts it).
 
-    `message_id` is the id its prompt is sent with (`models.message_id_after`)."""
+    `message_id` is the id its prompt is sent with (`models.message_id_after`); `limits` the
+    follow-up asked for replace the task's (those it leaves out stay).
+    """
 
     def mutate(t: Task) -> Outcome:
         if t.status is not TaskStatus.COMPLETED:
@@ -147,6 +190,10 @@ def resumed(
         t.result_retrieved_at = None
         t.error = None
         t.progress = TaskProgress()
+        t.turn_usage = TaskUsage()
+        if limits is not None:
+            asked = limits.model_dump(exclude_none=True)
+            t.limits = t.limits.model_copy(update=asked)
         _touch(t)
         return t, None
 

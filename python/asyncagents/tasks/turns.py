@@ -28,6 +28,9 @@ class TurnState(BaseModel):
     progress: TaskProgress = TaskProgress()
     #: the ids of the turn's tool calls (`tool_call_id`)
     call_ids: set[str] = Field(default_factory=set)
+    #: what the messages hold so far (messages, parts, characters, tool states): it changes
+    #: whenever the child makes progress, so two reads that differ prove progress
+    activity: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @property
     def aborted(self) -> bool:
@@ -65,8 +68,17 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
     state = TurnState()
     texts: list[str] = []
     progress = TaskProgress()
+    parts_seen = chars = tool_marks = 0
     for message in turn:
         info = _dict(message.get("info"))
+        for part in message.get("parts") or ():
+            if isinstance(part, dict):
+                parts_seen += 1
+                chars += len(str(part.get("text") or ""))
+                pstate = _dict(part.get("state"))
+                tool_marks += len(str(pstate.get("status") or "")) + len(
+                    str(pstate.get("output") or _dict(pstate.get("metadata")).get("output") or "")
+                )
         times = _dict(info.get("time"))
         for key in ("created", "completed"):
             if isinstance(times.get(key), int):
@@ -92,6 +104,7 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
             elif kind == "text" and part.get("text") and not part.get("ignored"):
                 texts.append(str(part["text"]))
     state.progress = progress
+    state.activity = (len(turn), parts_seen, chars, tool_marks)
     state.text = "\n\n".join(t.strip() for t in texts if t.strip())
     if not turn or not state.started:
         return state
