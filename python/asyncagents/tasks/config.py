@@ -49,6 +49,10 @@ class TaskManagerConfig(BaseModel):
     wake: WakeMode = "each"
     #: ``{"providerID": ..., "modelID": ...}`` for the children; None: the server's default
     model: dict[str, str] | None = None
+    #: the models (``provider/model``) a task may ask for; None: any the server offers
+    allowed_models: tuple[str, ...] | None = None
+    #: how long one reading of the server's models (``GET /config/providers``) is used
+    models_ttl: float = Field(default=30.0, gt=0)
     follow_events: bool = True
     #: `clear` deletes the cleared tasks' child sessions (no tool can reach them any more).
     #: None: only on the in-process backend (nobody else can read its sessions); on a real

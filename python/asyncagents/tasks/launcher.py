@@ -12,8 +12,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ..config import ForkConfig
 from .backend import PromptRequest, SessionBackend
+from .catalog import ModelCatalog, split_model
 from .config import TaskManagerConfig
+from .errors import BackendError
+from .fork_budget import fork_config, preamble_config
 from .models import Task, TaskStatus
 from .recorder import Recorder
 from .registry import Run
@@ -35,14 +39,15 @@ class ForkContextLike(Protocol):
     def stats(self) -> Any: ...
 
 
-ForkBuilder = Callable[[bytes], ForkContextLike]
+#: the fork pipeline: the parent's raw messages and the budget sized for the child's model
+ForkBuilder = Callable[[bytes, ForkConfig], ForkContextLike]
 
 
-def default_fork_builder(raw: bytes) -> ForkContextLike:
+def default_fork_builder(raw: bytes, config: ForkConfig | None = None) -> ForkContextLike:
     """The fork pipeline, imported on first use (it loads the Rust extension)."""
     from asyncagents import build_fork_context
 
-    ctx: ForkContextLike = build_fork_context(raw)
+    ctx: ForkContextLike = build_fork_context(raw, config)
     return ctx
 
 
@@ -65,7 +70,9 @@ class Launcher:
         watcher: Watcher,
         config: TaskManagerConfig,
         fork_builder: ForkBuilder,
+        catalog: ModelCatalog | None = None,
     ) -> None:
+        self._catalog = catalog or ModelCatalog(backend, config.allowed_models, config.models_ttl)
         self._backend = backend
         self._store = store
         self._recorder = recorder
@@ -74,15 +81,27 @@ class Launcher:
         self._fork_builder = fork_builder
 
     def request(self, task: Task, text: str, message_id: str | None) -> PromptRequest:
-        """A prompt to the child: its agent, the configured model, the task tools switched off,
-        and the message id chosen for it (the same id sent twice is one message)."""
+        """A prompt to the child: its agent, its model (the task's, else the configured one),
+        the task tools switched off, and the message id chosen for it (the same id sent twice
+        is one message)."""
         return PromptRequest(
             text=text,
             agent=task.agent or None,
             tools=disabled_tools(),
-            model=self._config.model,
+            model=split_model(task.model) if task.model else self._config.model,
             message_id=message_id,
         )
+
+    async def fork_config(self, task: Task) -> ForkConfig:
+        """The fork's budget sized to the child model's context window (`fork_budget`); the
+        default budget when the server's models cannot be read now."""
+        name, info = task.model, None
+        try:
+            name = name or await self._catalog.default()
+            info = await self._catalog.info(name)
+        except BackendError as exc:
+            log.info("task %s: the server's models cannot be read (%s)", task.id, exc)
+        return fork_config(name, info, task.fork_turns)
 
     async def launch(
         self, task: Task, run: Run, present: Mapping[str, object] | None = None
@@ -101,9 +120,15 @@ class Launcher:
             elif task.is_forked:
                 step = "fork: reading the parent's messages"
                 raw = await self._backend.messages_raw(task.parent_session_id)
+                step = "fork: sizing the budget"
+                config = await self.fork_config(task)
                 step = "fork: building the context"
-                ctx = await asyncio.to_thread(self._fork_builder, raw)
+                ctx = await asyncio.to_thread(self._fork_builder, raw, preamble_config(config))
                 stats = _stats_dict(ctx.stats)
+                if stats is not None:
+                    stats["char_budget"] = config.char_budget
+                    stats["budget_reason"] = config.budget_reason
+                    stats["fork_turns"] = config.fork_turns
                 if ctx.text:
                     step = "fork: injecting the context"
                     injected = await self._backend.prompt(

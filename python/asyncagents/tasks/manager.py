@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 
 from .backend import JSON, SessionBackend
+from .catalog import ModelCatalog, model_name
 from .config import TaskManagerConfig
 from .errors import (
     AmbiguousTaskIdError,
@@ -154,6 +155,8 @@ class TaskManager:
             on_connect=self.courier.poke,
         )
         self.events = self.watcher.events
+        #: the server's models, for the `model` of a task and the fork's budget
+        self.catalog = ModelCatalog(backend, self.config.allowed_models, self.config.models_ttl)
         self.launcher = Launcher(
             backend,
             self.store,
@@ -161,6 +164,7 @@ class TaskManager:
             self.watcher,
             self.config,
             fork_builder or default_fork_builder,
+            self.catalog,
         )
         self.leases = LeaseKeeper(
             self.store,
@@ -255,23 +259,45 @@ class TaskManager:
         description: str | None = None,
         fork: bool = False,
         resume: str | None = None,
+        *,
+        model: str | None = None,
+        fork_turns: int | None = None,
     ) -> Task:
         """Launch a task (or resume one, by id or unique id prefix) and return it at once.
 
-        The child session is created and the task stored here (a down server raises a
-        `BackendError`, a failing store a `StoreError`, and nothing is left behind); the fork
-        context, the injection and the prompt run in the background. A failure there ends the
-        task in ``error`` with the reason, and the parent is told.
+        `model` (``provider/model``) must be one the server offers and ``allowed_models``
+        allows (else `ModelRefusedError` names those allowed); without it the child runs on the
+        configured ``model``, else the server's default. `fork_turns` keeps only the parent's
+        last N user turns in a fork. The child session is created and the task stored here (a
+        down server raises a `BackendError`, a failing store a `StoreError`, and nothing is
+        left behind); the fork context, the injection and the prompt run in the background. A
+        failure there ends the task in ``error`` with the reason, and the parent is told.
         """
         await self.start()
         if fork and resume:
             raise ForkResumeConflictError()
         if not prompt or not prompt.strip():
             raise TaskRequestError("prompt is empty: give the sub-agent its full instructions.")
+        if resume and (model is not None or fork_turns is not None):
+            raise TaskRequestError(
+                "model and fork_turns apply to a new task; a resumed task keeps its model and "
+                "its history. Call asyncagents_task again without them."
+            )
+        if fork_turns is not None and not fork:
+            raise TaskRequestError(
+                "fork_turns applies only with fork=true. Call asyncagents_task again with "
+                "fork=true, or without fork_turns."
+            )
+        if fork_turns is not None and fork_turns < 1:
+            raise TaskRequestError('fork_turns must be "all" or a whole number of at least 1.')
         if resume:
             return await self._resume(parent_session_id, resume, prompt)
         if not agent:
             raise TaskRequestError("agent is required for a new task.")
+        if model is not None:
+            await self.catalog.check(model)
+        else:
+            model = model_name(self.config.model)
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
         session = await self.backend.create_session(
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
@@ -289,6 +315,8 @@ class TaskManager:
             agent=agent,
             description=description,
             is_forked=fork,
+            model=model,
+            fork_turns=fork_turns,
             backend=self.backend_name,
             owner=self.instance_id,
         )

@@ -102,6 +102,10 @@ class Task(BaseModel):
     result_retrieved_at: int | None = None
     progress: TaskProgress = Field(default_factory=TaskProgress)
     fork_stats: dict[str, Any] | None = None
+    #: the child's model, ``provider/model``; None: the server's default
+    model: str | None = None
+    #: a fork keeps only the last N user turns of the parent; None: all
+    fork_turns: int | None = None
     #: name of the backend (session server) the task runs on; other backends' managers skip it
     backend: str = ""
     #: instance id of the manager that follows the task (under its lease); None = nobody yet

@@ -45,16 +45,17 @@ def notice_tag(notice_id: str) -> str:
 def format_notice(notice_id: str, task: Task, kind: NoticeKind) -> str:
     """The text the parent reads for one ended turn."""
     head = notice_tag(notice_id)
+    model = f"Model: {task.model}\n" if task.model else ""
     where = f'Read it again with asyncagents_output(task_id="{task.id}").'
     if kind is NoticeKind.ERROR:
         return (
             f"{head}\nBackground task {task.label} failed: {task.description}\n"
-            f"Error: {task.error}\n{where} Start a new asyncagents_task to try again."
+            f"{model}Error: {task.error}\n{where} Start a new asyncagents_task to try again."
         )
     if kind is NoticeKind.RESUME_FAILED:
         return (
             f"{head}\nBackground task {task.label} could not answer your follow-up: "
-            f"{task.description}\nError: {task.error}\n"
+            f"{task.description}\n{model}Error: {task.error}\n"
             "The task is completed again and keeps its previous result. "
             f'{where} Resume it with asyncagents_task(resume="{task.id}", prompt=...).'
         )
@@ -62,11 +63,11 @@ def format_notice(notice_id: str, task: Task, kind: NoticeKind) -> str:
     if kind is NoticeKind.RESUME_COMPLETED:
         return (
             f"{head}\nBackground task {task.label} answered your follow-up: {task.description}\n"
-            f"Full response:\n{result}\n\n{where}"
+            f"{model}Full response:\n{result}\n\n{where}"
         )
     return (
         f"{head}\nBackground task {task.label} completed: {task.description}\n"
-        f"Result:\n{result}\n\n{where} Continue it with "
+        f"{model}Result:\n{result}\n\n{where} Continue it with "
         f'asyncagents_task(resume="{task.id}", prompt=...).'
     )
 

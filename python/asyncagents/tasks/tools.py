@@ -142,6 +142,11 @@ def _ago(ms: int | None, now: int) -> str:
     return f"{max(0.0, (now - ms) / 1000):.0f}s ago"
 
 
+def _on(task: Task) -> str:
+    """`` on provider/model`` after the agent, when the task has its own model."""
+    return f" on {task.model}" if task.model else ""
+
+
 def format_started(task: Task) -> str:
     """Reply to asyncagents_task (launch or resume)."""
     if task.resume_count > 0 and task.status is TaskStatus.RESUMED:
@@ -152,7 +157,8 @@ def format_started(task: Task) -> str:
         )
     return (
         f"Background task started: {task.label}\nAgent: {task.agent}\n"
-        f"Description: {task.description}\nStatus: {task.status.value}\n"
+        + (f"Model: {task.model}\n" if task.model else "")
+        + f"Description: {task.description}\nStatus: {task.status.value}\n"
         "You will get a notice in this session when it completes or fails; continue with "
         f'other work meanwhile. To wait for it now, call asyncagents_output(task_id="{task.id}",'
         " block=true)."
@@ -163,7 +169,7 @@ def format_output(out: OutputResult) -> str:
     """Reply to asyncagents_output."""
     task = out.task
     now = now_ms()
-    head = f"Task {task.label} [{task.status.value}] {task.agent}: {task.description}"
+    head = f"Task {task.label} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
     if task.status.active:
         p = task.progress
         started = task.turn_started_at or task.created_at
@@ -200,7 +206,9 @@ def format_list(tasks: list[Task]) -> str:
         return EMPTY_LIST
     lines = ["Background tasks (newest first):"]
     for task in tasks:
-        lines.append(f"- {task.label} [{task.status.value}] {task.agent}: {task.description}")
+        lines.append(
+            f"- {task.label} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
+        )
     return "\n".join(lines)
 
 
@@ -279,6 +287,8 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         description=args.description,
         fork=args.fork,
         resume=args.resume,
+        model=args.model,
+        fork_turns=args.fork_turns,
     )
     return format_started(task)
 

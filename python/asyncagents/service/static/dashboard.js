@@ -232,7 +232,7 @@ function filters() {
 function matches(task, f) {
   if (!f.statuses.has(task.status)) return false;
   if (!f.text) return true;
-  return [task.id, task.agent, task.description, task.prompt, task.parent_session_id]
+  return [task.id, task.agent, task.model, task.description, task.prompt, task.parent_session_id]
     .some((v) => (v || "").toLowerCase().includes(f.text));
 }
 
@@ -254,7 +254,7 @@ function fillRow(row, task) {
   id.title = task.id;
   if (task.is_forked) id.append(el("span", "mark", "(forked)"));
   if (task.resume_count > 0) id.append(el("span", "mark", "(resumed)"));
-  const agent = el("span", "agent", task.agent);
+  const agent = el("span", "agent", task.model ? `${task.agent} · ${task.model}` : task.agent);
   const desc = el("span", "desc", task.description);
   desc.title = task.description;
   const dur = el("span", "dur", fmtDuration(durationOf(task)));
@@ -265,7 +265,8 @@ function fillRow(row, task) {
   const tools = el("span", "tools", `${count}${p.last_tool ? ` · ${p.last_tool}` : ""}`);
   row.append(badge, id, agent, desc, dur, tools);
   const marks = `${task.is_forked ? " (forked)" : ""}${task.resume_count > 0 ? " (resumed)" : ""}`;
-  row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}, ${task.id}${marks}`);
+  const on = task.model ? ` on ${task.model}` : "";
+  row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}${on}, ${task.id}${marks}`);
 }
 
 function makeRow(task, level) {
@@ -376,6 +377,7 @@ function renderDetail(id) {
   const p = task.progress || {};
   field(dl, "Description", task.description);
   field(dl, "Agent", task.agent);
+  field(dl, "Model", task.model || "the server's default");
   field(dl, "Parent session", task.parent_session_id);
   field(dl, "Child session", task.session_id);
   field(dl, "Created", fmtTime(task.created_at));
