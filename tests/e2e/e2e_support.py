@@ -32,6 +32,9 @@ STARTUP_TIMEOUT = 60.0
 
 #: OpenCode's default agent
 AGENT = "build"
+#: a second model of the fake provider, with a 16k-token context window
+SMALL_MODEL_ID = "fake-small"
+SMALL_MODEL = f"fake/{SMALL_MODEL_ID}"
 
 _NO_REGISTRY = "http://127.0.0.1:9/"
 _OFFLINE_FLAGS = (
@@ -120,7 +123,13 @@ class OpenCodeServer:
                             "name": "Fake",
                             "limit": {"context": 200000, "output": 8192},
                             "tool_call": True,
-                        }
+                        },
+                        # a small context window: a fork to it gets a budget that fits
+                        SMALL_MODEL_ID: {
+                            "name": "Fake small",
+                            "limit": {"context": 16000, "output": 4096},
+                            "tool_call": True,
+                        },
                     },
                 }
             },

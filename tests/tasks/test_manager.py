@@ -347,7 +347,8 @@ async def test_fork_of_a_real_session_injects_exactly_the_pipeline_text(
         "budget_reason": (
             "the default, which is smaller than what fits (sized to the context window of "
             "inprocess/inprocess: 200000 tokens, less 8192 for output and 8000 for OpenCode's "
-            "system prompt and tools, at 3 characters a token: 551424 characters)"
+            "system prompt and tools, at 3 characters a token, less 1000 characters for this "
+            "preamble and 5 for the task's prompt: 550419 characters)"
         ),
         "fork_turns": None,
     }

@@ -19,10 +19,14 @@ from polling import until
 from tasks_script import Script
 
 SMALL = "small/tiny"
-SMALL_REASON = (
-    "sized to the context window of small/tiny: 16000 tokens, less 4096 for output and 8000 "
-    "for OpenCode's system prompt and tools, at 3 characters a token"
-)
+
+
+def _small_reason(prompt_chars: int) -> str:
+    return (
+        "sized to the context window of small/tiny: 16000 tokens, less 4096 for output and 8000 "
+        "for OpenCode's system prompt and tools, at 3 characters a token, less 1000 characters "
+        f"for this preamble and {prompt_chars} for the task's prompt"
+    )
 
 
 def _providers() -> JSON:
@@ -268,15 +272,15 @@ async def test_a_fork_to_a_small_model_gets_a_budget_that_fits_its_window(
         out = await manager.output(task.id, block=True, timeout=5)
         assert out.task.status is TaskStatus.COMPLETED, out.task.error
         stats = out.task.fork_stats or {}
-        assert stats["char_budget"] == 11712  # (16000 - 4096 - 8000) * 3
-        assert stats["budget_reason"] == SMALL_REASON
+        assert stats["char_budget"] == 10710  # (16000 - 4096 - 8000) * 3 - 1000 - len("go")
+        assert stats["budget_reason"] == _small_reason(2)
         assert stats["removed_messages"] > 0
         assert task.session_id
         injected = (await models_backend.messages(task.session_id))[0]["parts"][0]["text"]
-        assert f"- Char budget 11712: {SMALL_REASON}\n" in injected
-        assert "oldest messages removed to fit 11712 char budget" in injected
+        assert f"- Char budget 10710: {_small_reason(2)}\n" in injected
+        assert "oldest messages removed to fit 10710 char budget" in injected
         context = injected.split("<inherited_context>", 1)[1]
-        assert len("<inherited_context>" + context) <= 11712
+        assert len("<inherited_context>" + context) <= 10710
     finally:
         await manager.close()
 
@@ -305,7 +309,7 @@ async def test_fork_turns_keeps_the_last_turns_and_says_so(
 
 def test_fork_budget_numbers() -> None:
     small = fork_config(SMALL, ModelInfo(name=SMALL, context=16000, output=4096), None)
-    assert (small.char_budget, small.budget_reason) == (11712, SMALL_REASON)
+    assert (small.char_budget, small.budget_reason) == (10712, _small_reason(0))
     tiny = fork_config("t/t", ModelInfo(name="t/t", context=9000, output=2000), 3)
     assert tiny.char_budget == 0 and tiny.fork_turns == 3
     unknown = fork_config("big/huge", ModelInfo(name="big/huge"), None)

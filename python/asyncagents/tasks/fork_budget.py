@@ -22,11 +22,16 @@ CHARS_PER_TOKEN = 3
 #: what OpenCode itself sends with every request of the default agent: measured with 1.18.33,
 #: a 9,600-character system prompt and 22,700 characters of tool schemas, about 8,000 tokens
 OPENCODE_OVERHEAD_TOKENS = 8_000
+#: characters kept for the preamble the pipeline writes before the context (about 600)
+PREAMBLE_RESERVE_CHARS = 1_000
 
 
-def fork_config(model: str | None, info: ModelInfo | None, fork_turns: int | None) -> ForkConfig:
+def fork_config(
+    model: str | None, info: ModelInfo | None, fork_turns: int | None, prompt_chars: int = 0
+) -> ForkConfig:
     """The `ForkConfig` for a child on `model` (None: the server's default) whose limits are
-    `info` (None: the server does not say): the budget, the reason for it, and `fork_turns`.
+    `info` (None: the server does not say) and whose prompt is `prompt_chars` long: the
+    budget, the reason for it, and `fork_turns`.
     The fork stats always record the reason; `preamble_config` says when the child reads it."""
     shown = model or "the server's default model"
     if info is None or info.context is None:
@@ -35,12 +40,13 @@ def fork_config(model: str | None, info: ModelInfo | None, fork_turns: int | Non
     else:
         output = info.output or 0
         tokens = max(0, info.context - output - OPENCODE_OVERHEAD_TOKENS)
-        fits = tokens * CHARS_PER_TOKEN
+        fits = max(0, tokens * CHARS_PER_TOKEN - PREAMBLE_RESERVE_CHARS - prompt_chars)
         budget = min(FORK_CHAR_BUDGET, fits)
         sized = (
             f"sized to the context window of {shown}: {info.context} tokens, less {output} for "
             f"output and {OPENCODE_OVERHEAD_TOKENS} for OpenCode's system prompt and tools, at "
-            f"{CHARS_PER_TOKEN} characters a token"
+            f"{CHARS_PER_TOKEN} characters a token, less {PREAMBLE_RESERVE_CHARS} characters "
+            f"for this preamble and {prompt_chars} for the task's prompt"
         )
         reason = (
             sized

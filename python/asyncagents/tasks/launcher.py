@@ -101,7 +101,7 @@ class Launcher:
             info = await self._catalog.info(name)
         except BackendError as exc:
             log.info("task %s: the server's models cannot be read (%s)", task.id, exc)
-        return fork_config(name, info, task.fork_turns)
+        return fork_config(name, info, task.fork_turns, len(task.prompt))
 
     async def launch(
         self, task: Task, run: Run, present: Mapping[str, object] | None = None
