@@ -205,7 +205,7 @@ async def test_bad_arguments_text_names_every_field(manager: TaskManager, parent
         "- agent: must be a string (got 3)\n"
         '- fork: must be true or false (got "maybe")\n'
         "- colour: not an argument of asyncagents_task (its arguments: prompt, agent, "
-        "description, fork, resume, model, fork_turns)"
+        "description, fork, resume, when, model, fork_turns)"
     )
     text = await run_tool(
         manager,

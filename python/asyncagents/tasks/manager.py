@@ -44,14 +44,21 @@ from .errors import (
 from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
-from .models import OutputResult, Task, TaskStatus, message_id_after, new_id, now_ms
+from .models import FollowUp, OutputResult, Task, TaskStatus, message_id_after, new_id, now_ms
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
 from .registry import RunRegistry
 from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
-from .transitions import cancelled, resumed, retrieved, started
+from .transitions import (
+    cancelled,
+    queue_followup,
+    resumed,
+    resumed_queued,
+    retrieved,
+    started,
+)
 from .watcher import STALLED, Watcher, abort_quietly
 
 __all__ = [
@@ -166,6 +173,7 @@ class TaskManager:
             fork_builder or default_fork_builder,
             self.catalog,
         )
+        self.watcher.on_followup = self._followup_due
         self.leases = LeaseKeeper(
             self.store,
             owner=self.instance_id,
@@ -262,13 +270,17 @@ class TaskManager:
         *,
         model: str | None = None,
         fork_turns: int | None = None,
+        when: str | None = None,
     ) -> Task:
         """Launch a task (or resume one, by id or unique id prefix) and return it at once.
 
         `model` (``provider/model``) must be one the server offers and ``allowed_models``
         allows (else `ModelRefusedError` names those allowed); without it the child runs on the
         configured ``model``, else the server's default. `fork_turns` keeps only the parent's
-        last N user turns in a fork. The child session is created and the task stored here (a
+        last N user turns in a fork. With `resume`, `when` sends a follow-up to a running task:
+        ``"after_current"`` stores it until the running turn ends, ``"now"`` aborts the running
+        turn for it; a queued follow-up is the next resume, with its own notice. The child
+        session is created and the task stored here (a
         down server raises a `BackendError`, a failing store a `StoreError`, and nothing is
         left behind); the fork context, the injection and the prompt run in the background. A
         failure there ends the task in ``error`` with the reason, and the parent is told.
@@ -290,8 +302,14 @@ class TaskManager:
             )
         if fork_turns is not None and fork_turns < 1:
             raise TaskRequestError('fork_turns must be "all" or a whole number of at least 1.')
+        if when is not None and when not in ("after_current", "now"):
+            raise TaskRequestError('when must be "after_current" or "now".')
+        if when is not None and not resume:
+            raise TaskRequestError(
+                "when applies only to a follow-up: give resume=<task id> with it, or leave it out."
+            )
         if resume:
-            return await self._resume(parent_session_id, resume, prompt)
+            return await self._resume(parent_session_id, resume, prompt, when)
         if not agent:
             raise TaskRequestError("agent is required for a new task.")
         if model is not None:
@@ -414,14 +432,21 @@ class TaskManager:
             parent_session_id, None if status is None else (status,), backend=self.backend_name
         )
 
-    async def cancel(self, task_id: str, parent_session_id: str | None = None) -> Task:
+    async def cancel(
+        self,
+        task_id: str,
+        parent_session_id: str | None = None,
+        *,
+        dropped: builtins.list[int] | None = None,
+    ) -> Task:
         """Cancel a running (or resumed) task: mark it cancelled, then abort its session.
 
-        A cancelled follow-up returns the task to ``completed`` with its last result.
+        A cancelled follow-up returns the task to ``completed`` with its last result. Queued
+        follow-ups are dropped; their number is appended to `dropped`.
         """
         await self.start()
         task = await self._resolve(task_id, parent_session_id)
-        out = await self.recorder.apply(task.id, cancelled(), "task.cancelled")
+        out = await self.recorder.apply(task.id, cancelled(dropped), "task.cancelled")
         if out is None:
             current = await self.store.get(task.id)
             raise TaskNotRunningError(task.id, (current or task).status.value)
@@ -480,8 +505,18 @@ class TaskManager:
             raise TaskNotFoundError(task_id)
         return task
 
-    async def _resume(self, parent_session_id: str, task_id: str, prompt: str) -> Task:
+    async def _resume(
+        self, parent_session_id: str, task_id: str, prompt: str, when: str | None = None
+    ) -> Task:
         task = await self._resolve(task_id, parent_session_id)
+        if when is not None and task.status.active:
+            followup = FollowUp(prompt=prompt, interrupt=when == "now")
+            out = await self.recorder.apply(task.id, queue_followup(followup), "task.updated")
+            if out is not None:
+                if followup.interrupt and task.session_id:
+                    await abort_quietly(self.backend, task.session_id)
+                return out[0]
+            task = await self._resolve(task.id, parent_session_id)  # it ended meanwhile
         if task.status is TaskStatus.RESUMED:
             raise TaskBeingResumedError(task.id)
         if task.status is not TaskStatus.COMPLETED:
@@ -507,6 +542,37 @@ class TaskManager:
         run = self.watcher.follow(task)
         self.launches.spawn(self.launcher.resume(task, run, prompt, after))
         return task
+
+    def _followup_due(self, task: Task) -> None:
+        """A turn ended into a queued follow-up: send it (started in the store already), or,
+        when the turn's end could not name its last message, start it from here."""
+        if task.status is TaskStatus.RESUMED and task.turn_started_at is None:
+            run = self.watcher.follow(task)
+            prompt = task.last_prompt or task.prompt
+            self.launches.spawn(self.launcher.resume(task, run, prompt, task.turn_after_message_id))
+        elif task.status is TaskStatus.COMPLETED and task.pending_followups:
+            self.launches.spawn(self._send_queued(task))
+
+    async def _send_queued(self, task: Task) -> None:
+        """Start a completed task's first queued follow-up (reads the child's last message)."""
+        assert task.session_id is not None
+        followup = task.pending_followups[0]
+        try:
+            session = await self.backend.get_session(task.session_id)
+            last = await self.backend.messages(task.session_id, limit=1)
+            after = str(last[-1]["info"]["id"]) if last else None
+            message_id = message_id_after(after, _created_ms(session), followup.token)
+            out = await self.recorder.apply(
+                task.id,
+                resumed_queued(followup.id, after, self.instance_id, message_id),
+                "task.resumed",
+                background=True,
+            )
+        except (BackendError, StoreError) as exc:
+            log.warning("queued follow-up of %s not sent: %s", task.id, exc)
+            return
+        if out is not None:
+            self._followup_due(out[0])
 
     async def _adopt(self, tasks: builtins.list[Task]) -> None:
         """Follow tasks taken over from a dead (or closed) manager; start again the turns whose

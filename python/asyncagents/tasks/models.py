@@ -69,6 +69,18 @@ class TaskProgress(BaseModel):
     steps: int = 0
 
 
+class FollowUp(BaseModel):
+    """A prompt for a running task, stored until its current turn ends (``when``)."""
+
+    id: str = Field(default_factory=lambda: new_id("fup"))
+    prompt: str
+    #: ``when="now"``: the running turn is aborted for it (it goes before the others)
+    interrupt: bool = False
+    #: the tail of its message id (`message_id_after`), so a re-sent prompt is one message
+    token: str = Field(default_factory=lambda: os.urandom(5).hex())
+    queued_at: int = Field(default_factory=now_ms)
+
+
 class Task(BaseModel):
     """One background task: a child session of `parent_session_id` running `prompt`."""
 
@@ -106,6 +118,8 @@ class Task(BaseModel):
     model: str | None = None
     #: a fork keeps only the last N user turns of the parent; None: all
     fork_turns: int | None = None
+    #: follow-ups sent to the running task, oldest first: each is the next resume
+    pending_followups: list[FollowUp] = Field(default_factory=list)
     #: name of the backend (session server) the task runs on; other backends' managers skip it
     backend: str = ""
     #: instance id of the manager that follows the task (under its lease); None = nobody yet

@@ -144,6 +144,14 @@ def _fork_turns(value: Any) -> int | None:
     return int(number)
 
 
+def _when(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("after_current", "now"):
+        return value.strip().lower()
+    raise _problem('must be "after_current" or "now"')
+
+
 Text = Annotated[str, BeforeValidator(_text)]
 OptionalText = Annotated[str | None, BeforeValidator(_optional_text)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
@@ -168,6 +176,17 @@ class TaskArguments(ToolArguments):
     )
     resume: OptionalText = Field(
         default=None, description="Id of a completed task to continue with `prompt`."
+    )
+    when: Annotated[
+        str | None,
+        BeforeValidator(_when),
+        WithJsonSchema({"type": "string", "enum": ["after_current", "now"]}),
+    ] = Field(
+        default=None,
+        description=(
+            "With resume, for a task still running: after_current sends the follow-up when its "
+            "current turn ends, now aborts that turn and sends it at once."
+        ),
     )
     model: Annotated[str | None, BeforeValidator(_model)] = Field(
         default=None,

@@ -32,6 +32,7 @@ from .tool_args import (
     parse_arguments,
     tool_parameters,
 )
+from .transitions import dropped_line
 
 if TYPE_CHECKING:
     from .manager import TaskManager
@@ -82,7 +83,9 @@ TASK_TOOL = ToolDefinition(
         "completes or fails; meanwhile keep working. fork=true gives the child a copy of "
         "this conversation (long tool outputs shortened, oldest messages dropped to fit). "
         "resume=<task id> sends a follow-up prompt to a completed task, which keeps its "
-        "history; fork and resume cannot be combined. Children cannot start tasks themselves."
+        "history (to a running one with when=after_current or when=now); fork and resume "
+        "cannot be combined. model=provider/model picks the child's model. Children cannot "
+        "start tasks themselves."
     ),
     parameters=tool_parameters(TaskArguments),
 )
@@ -165,6 +168,21 @@ def format_started(task: Task) -> str:
     )
 
 
+def format_queued(task: Task, *, interrupt: bool) -> str:
+    """Reply to asyncagents_task(resume=..., when=...) for a task still running."""
+    if interrupt:
+        return (
+            f"Follow-up for background task `{task.id}`: {task.description}\n"
+            "Its running turn is being aborted; the follow-up is sent as soon as it stops. "
+            "You will get a notice with its response."
+        )
+    return (
+        f"Follow-up queued for background task `{task.id}`: {task.description}\n"
+        f"It is sent when the running turn ends ({len(task.pending_followups)} follow-up(s) "
+        "queued). You will get a notice with its response."
+    )
+
+
 def format_output(out: OutputResult) -> str:
     """Reply to asyncagents_output."""
     task = out.task
@@ -179,6 +197,10 @@ def format_output(out: OutputResult) -> str:
             + (f" (last: {p.last_tool})" if p.last_tool else "")
             + f"; last activity {_ago(p.last_activity_at, now)}.",
         ]
+        if task.pending_followups:
+            lines.append(
+                f"{len(task.pending_followups)} queued follow-up(s) are sent when this turn ends."
+            )
         if out.timed_out:
             lines.insert(0, f"Still running after waiting {out.waited_seconds:.0f}s.")
         lines.append(
@@ -212,14 +234,15 @@ def format_list(tasks: list[Task]) -> str:
     return "\n".join(lines)
 
 
-def format_cancelled(task: Task) -> str:
+def format_cancelled(task: Task, dropped: int = 0) -> str:
     """Reply to asyncagents_cancel (a cancelled follow-up leaves the task completed)."""
+    tail = f"\n{dropped_line(dropped)}" if dropped else ""
     if task.status is TaskStatus.COMPLETED:
         return (
             f"Cancelled the follow-up of background task {task.label}: {task.description}\n"
-            "It is completed again with its previous result."
+            "It is completed again with its previous result." + tail
         )
-    return f"Cancelled background task {task.label}: {task.description}"
+    return f"Cancelled background task {task.label}: {task.description}" + tail
 
 
 def format_cleared(tasks: list[Task]) -> str:
@@ -289,7 +312,11 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         resume=args.resume,
         model=args.model,
         fork_turns=args.fork_turns,
+        when=args.when,
     )
+    queued = [f for f in task.pending_followups if f.prompt == args.prompt]
+    if args.when is not None and queued:
+        return format_queued(task, interrupt=queued[-1].interrupt)
     return format_started(task)
 
 
@@ -354,7 +381,9 @@ async def _dispatch(
     if isinstance(args, ListArguments):
         return format_list(await manager.list(session_id, status=args.status))
     if isinstance(args, CancelArguments):
-        return format_cancelled(await manager.cancel(args.task_id, parent_session_id=session_id))
+        dropped: list[int] = []
+        task = await manager.cancel(args.task_id, parent_session_id=session_id, dropped=dropped)
+        return format_cancelled(task, sum(dropped))
     return format_cleared(await manager.clear(session_id))
 
 

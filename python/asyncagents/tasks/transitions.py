@@ -11,7 +11,17 @@ last good result, so it can be resumed again; `Task.error` then says why the fol
 
 from __future__ import annotations
 
-from .models import Notice, NoticeKind, Task, TaskProgress, TaskStatus, new_id, now_ms
+from .models import (
+    FollowUp,
+    Notice,
+    NoticeKind,
+    Task,
+    TaskProgress,
+    TaskStatus,
+    message_id_after,
+    new_id,
+    now_ms,
+)
 from .notices import format_notice
 from .store import Mutation
 
@@ -47,10 +57,13 @@ def finished(
     progress: TaskProgress | None = None,
     notify: bool = True,
     owner: str | None = None,
+    after: str | None = None,
 ) -> Mutation:
     """End the turn once, with its notice for the parent (saved in the same transaction).
 
     With `owner`, only while that manager owns the task (after a takeover, the new owner ends it).
+    `after`: the turn's last message id, when known; a task left ``completed`` with queued
+    follow-ups then starts the first of them in the same write (see `FollowUp`).
     """
 
     def mutate(t: Task) -> Outcome:
@@ -58,6 +71,12 @@ def finished(
             return None
         if owner is not None and t.owner is not None and t.owner != owner:
             return None
+        if t.pending_followups and t.pending_followups[0].interrupt and after is not None:
+            # aborted for a follow-up sent with when="now": no notice, the follow-up goes next
+            if status is TaskStatus.COMPLETED:
+                t.result = text  # it ended before the abort did
+            _start_next(t, after)
+            return t, None
         followup = t.status is TaskStatus.RESUMED
         t.completed_at = now_ms()
         _touch(t)
@@ -77,19 +96,87 @@ def finished(
                 kind = NoticeKind.RESUME_COMPLETED if followup else NoticeKind.COMPLETED
             else:
                 kind = NoticeKind.ERROR
-        if not notify:
-            return t, None
-        notice_id = new_id("ntc")
-        notice = Notice(
-            id=notice_id,
-            task_id=t.id,
-            parent_session_id=t.parent_session_id,
-            kind=kind,
-            turn=t.turn,
-            text=format_notice(notice_id, t, kind),
-            backend=t.backend,
-        )
+        dropped = 0
+        if t.status is not TaskStatus.COMPLETED and t.pending_followups:
+            # the task ended for good: nothing can answer its queued follow-ups
+            dropped = len(t.pending_followups)
+            t.pending_followups = []
+        notice: Notice | None = None
+        if notify:
+            notice_id = new_id("ntc")
+            text_ = format_notice(notice_id, t, kind)
+            if dropped:
+                text_ += f"\n{dropped_line(dropped)}"
+            notice = Notice(
+                id=notice_id,
+                task_id=t.id,
+                parent_session_id=t.parent_session_id,
+                kind=kind,
+                turn=t.turn,
+                text=text_,
+                backend=t.backend,
+            )
+        if t.status is TaskStatus.COMPLETED and t.pending_followups and after is not None:
+            # the next queued follow-up is the next resume, in the same write: a takeover
+            # finds it to send (its message id is chosen here, so it is sent once)
+            _start_next(t, after)
         return t, notice
+
+    return mutate
+
+
+def dropped_line(count: int) -> str:
+    """What the parent is told of queued follow-ups dropped by a cancel or a failure."""
+    return f"Dropped {count} queued follow-up(s); they were not sent."
+
+
+def _start_next(t: Task, after: str) -> None:
+    """Start the first queued follow-up as the next resume: its prompt goes after `after`."""
+    followup = t.pending_followups.pop(0)
+    t.status = TaskStatus.RESUMED
+    t.resume_count += 1
+    t.turn += 1
+    t.last_prompt = followup.prompt
+    t.turn_after_message_id = after
+    t.prompt_message_id = message_id_after(after, 0, followup.token)
+    t.turn_started_at = None
+    t.result_retrieved_at = None
+    t.error = None
+    t.progress = TaskProgress()
+    _touch(t)
+
+
+def queue_followup(followup: FollowUp) -> Mutation:
+    """Store a follow-up for the running turn's end; one sent with ``when="now"`` goes before
+    those waiting (after any other "now" one)."""
+
+    def mutate(t: Task) -> Outcome:
+        if not t.status.active:
+            return None
+        at = len(t.pending_followups)
+        if followup.interrupt:
+            at = sum(1 for f in t.pending_followups if f.interrupt)
+        t.pending_followups.insert(at, followup)
+        _touch(t)
+        return t, None
+
+    return mutate
+
+
+def resumed_queued(followup_id: str, after: str | None, owner: str, message_id: str) -> Mutation:
+    """A completed task's first queued follow-up starts (when its turn's end could not name
+    the last message, the follow-up is sent from here)."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.status is not TaskStatus.COMPLETED or not t.pending_followups:
+            return None
+        if t.pending_followups[0].id != followup_id:
+            return None
+        t.owner = owner
+        _start_next(t, after or "")
+        t.turn_after_message_id = after
+        t.prompt_message_id = message_id
+        return t, None
 
     return mutate
 
@@ -100,15 +187,19 @@ CANCELLED_BY_PARENT = "cancelled by the parent"
 FOLLOWUP_CANCELLED = "the follow-up was cancelled by the parent"
 
 
-def cancelled() -> Mutation:
+def cancelled(dropped: list[int] | None = None) -> Mutation:
     """The parent cancelled the running turn (no notice: the parent did it).
 
-    A cancelled follow-up returns the task to ``completed`` with its last result.
+    A cancelled follow-up returns the task to ``completed`` with its last result. Queued
+    follow-ups are dropped; their number is appended to `dropped`.
     """
 
     def mutate(t: Task) -> Outcome:
         if not t.status.active:
             return None
+        if dropped is not None:
+            dropped.append(len(t.pending_followups))
+        t.pending_followups = []
         t.completed_at = now_ms()
         _touch(t)
         if t.status is TaskStatus.RESUMED:

@@ -28,6 +28,8 @@ class TurnState(BaseModel):
     progress: TaskProgress = TaskProgress()
     #: the ids of the turn's tool calls (`tool_call_id`)
     call_ids: set[str] = Field(default_factory=set)
+    #: the id of the turn's last message, once it is done (a follow-up's prompt goes after it)
+    last_message_id: str | None = None
 
     @property
     def aborted(self) -> bool:
@@ -98,6 +100,7 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
     last = _dict(turn[-1].get("info"))
     if last.get("role") != "assistant":
         return state
+    state.last_message_id = str(last.get("id") or "") or None
     if last.get("error"):
         state.error_name, state.error = format_error(last["error"])
         state.done = True

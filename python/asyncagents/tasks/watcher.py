@@ -69,6 +69,9 @@ class Watcher:
         self.events = EventFollower(backend, self.on_event, on_connect=self._on_connect)
         self._loop_task: asyncio.Task[None] | None = None
         self._running = False
+        #: called with a task whose turn ended into its next queued follow-up (set by the
+        #: manager, which sends it)
+        self.on_followup: Callable[[Task], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -204,6 +207,7 @@ class Watcher:
             error=state.error,
             text=state.text,
             progress=state.progress,
+            after=state.last_message_id,
         )
 
     async def finish(
@@ -215,8 +219,10 @@ class Watcher:
         text: str | None = None,
         error: str | None = None,
         progress: TaskProgress | None = None,
+        after: str | None = None,
     ) -> Task | None:
-        """End a turn once (compare-and-set on turn and status), with its notice."""
+        """End a turn once (compare-and-set on turn and status), with its notice; a queued
+        follow-up that starts with it (or must be started) goes to `on_followup`."""
         mutate = finished(
             turn,
             status,
@@ -225,9 +231,17 @@ class Watcher:
             progress=progress,
             notify=self._config.notify_parent,
             owner=self._owner,
+            after=after,
         )
         out = await self._recorder.apply(task_id, mutate, end_kind, background=True)
-        return None if out is None else out[0]
+        if out is None:
+            return None
+        task = out[0]
+        if self.on_followup is not None and (
+            task.status.active or (task.status is TaskStatus.COMPLETED and task.pending_followups)
+        ):
+            self.on_followup(task)
+        return task
 
     async def session_gone(self, run: Run) -> None:
         """The child session of a followed run was deleted: end the task, stop its run.
