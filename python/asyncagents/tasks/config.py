@@ -53,6 +53,14 @@ class TaskManagerConfig(BaseModel):
     allowed_models: tuple[str, ...] | None = None
     #: how long one reading of the server's models (``GET /config/providers``) is used
     models_ttl: float = Field(default=30.0, gt=0)
+    #: tries of a turn that ends on a retryable provider error, on each model (OpenCode's own
+    #: retries within a try not counted); then each of `fallback_models` in turn, as often
+    attempts: int = Field(default=3, ge=1)
+    fallback_models: tuple[str, ...] = ()
+    #: the first wait before a try again (doubled per try, at most `retry_max`), longer than
+    #: OpenCode's own; a longer ``Retry-After`` of the error wins
+    retry_initial: float = Field(default=30.0, ge=0)
+    retry_max: float = Field(default=300.0, ge=0)
     follow_events: bool = True
     #: `clear` deletes the cleared tasks' child sessions (no tool can reach them any more).
     #: None: only on the in-process backend (nobody else can read its sessions); on a real

@@ -48,7 +48,7 @@ from .models import FollowUp, OutputResult, Task, TaskStatus, message_id_after, 
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
-from .registry import RunRegistry
+from .registry import Run, RunRegistry
 from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import (
@@ -546,12 +546,30 @@ class TaskManager:
     def _followup_due(self, task: Task) -> None:
         """A turn ended into a queued follow-up: send it (started in the store already), or,
         when the turn's end could not name its last message, start it from here."""
-        if task.status is TaskStatus.RESUMED and task.turn_started_at is None:
+        if task.status.active and task.turn_started_at is None:
             run = self.watcher.follow(task)
-            prompt = task.last_prompt or task.prompt
-            self.launches.spawn(self.launcher.resume(task, run, prompt, task.turn_after_message_id))
+            # a try again waits out its backoff as a plain job (a graceful close does not wait
+            # for it: the next owner sends it, with the same message id)
+            (self.jobs if task.retry_at is not None else self.launches).spawn(
+                self._send_turn(task, run)
+            )
         elif task.status is TaskStatus.COMPLETED and task.pending_followups:
             self.launches.spawn(self._send_queued(task))
+
+    async def _send_turn(self, task: Task, run: Run) -> None:
+        """Send a turn the store started without sending: a follow-up, or a try again after
+        a provider error (after its backoff, `retry_at`)."""
+        if task.retry_at is not None:
+            await asyncio.sleep(max(0.0, (task.retry_at - now_ms()) / 1000))
+            try:
+                current = await self.store.get(task.id)
+            except StoreError as exc:
+                log.info("try again of %s postponed: %s", task.id, exc)
+                current = task
+            if current is None or current.turn != task.turn or not current.status.active:
+                return  # cancelled or cleared while it waited
+        prompt = task.last_prompt or task.prompt
+        await self.launcher.resume(task, run, prompt, task.turn_after_message_id)
 
     async def _send_queued(self, task: Task) -> None:
         """Start a completed task's first queued follow-up (reads the child's last message)."""
@@ -591,10 +609,9 @@ class TaskManager:
                 self.watcher.follow(started_task)
                 continue
             run = self.watcher.follow(task)
-            if task.status is TaskStatus.RESUMED:
-                prompt = task.last_prompt or task.prompt
-                after = task.turn_after_message_id
-                self.launches.spawn(self.launcher.resume(task, run, prompt, after))
+            if task.status is TaskStatus.RESUMED or task.tries:
+                # a follow-up, or a try again after a provider error (after its backoff)
+                self._followup_due(task)
             else:
                 self.launches.spawn(self.launcher.launch(task, run, present))
 

@@ -67,6 +67,8 @@ class TaskProgress(BaseModel):
     last_tool: str | None = None
     last_activity_at: int | None = None
     steps: int = 0
+    #: OpenCode retrying the provider now: ``{attempt, message, next}`` (``next``: epoch ms)
+    retry: dict[str, Any] | None = None
 
 
 class FollowUp(BaseModel):
@@ -120,6 +122,12 @@ class Task(BaseModel):
     fork_turns: int | None = None
     #: follow-ups sent to the running task, oldest first: each is the next resume
     pending_followups: list[FollowUp] = Field(default_factory=list)
+    #: the model of each try of the current turn, once it was tried again after a provider
+    #: error (empty: one try)
+    tries: list[str | None] = Field(default_factory=list)
+    #: when the next try of the turn is sent (epoch ms), and the error it follows
+    retry_at: int | None = None
+    retry_error: str | None = None
     #: name of the backend (session server) the task runs on; other backends' managers skip it
     backend: str = ""
     #: instance id of the manager that follows the task (under its lease); None = nobody yet

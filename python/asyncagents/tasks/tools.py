@@ -19,6 +19,7 @@ from ..plain import surrogate_free
 from .conversation import read_conversation
 from .errors import StoreError, TaskError
 from .models import OutputResult, Task, TaskStatus, now_ms
+from .retries import DEFAULT_MODEL_NAME, attempts_line
 from .tool_args import (
     DEFAULT_OUTPUT_TIMEOUT_SECONDS,
     MAX_OUTPUT_TIMEOUT_SECONDS,
@@ -183,11 +184,38 @@ def format_queued(task: Task, *, interrupt: bool) -> str:
     )
 
 
+def retry_lines(task: Task, now: int) -> list[str]:
+    """A running task's provider trouble: OpenCode retrying now, or our try again waiting."""
+    lines: list[str] = []
+    retry = task.progress.retry
+    if retry is not None:
+        wait = retry.get("next")
+        when = f", next try in {max(0, (wait - now) / 1000):.0f}s" if isinstance(wait, int) else ""
+        lines.append(
+            f"OpenCode is retrying the provider: attempt {retry.get('attempt')} "
+            f"({retry.get('message')}){when}."
+        )
+    if task.tries:
+        on = task.model or DEFAULT_MODEL_NAME
+        if task.retry_at is not None and task.turn_started_at is None:
+            lines.append(
+                f"Try {len(task.tries)} on {on} in {max(0, (task.retry_at - now) / 1000):.0f}s, "
+                f"after a provider error: {task.retry_error}"
+            )
+        else:
+            lines.append(
+                f"Try {len(task.tries)} on {on}, after a provider error: {task.retry_error}"
+            )
+    return lines
+
+
 def format_output(out: OutputResult) -> str:
     """Reply to asyncagents_output."""
     task = out.task
     now = now_ms()
     head = f"Task {task.label} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
+    if task.tries and not task.status.active:
+        head += f"\n{attempts_line(task.tries)}"
     if task.status.active:
         p = task.progress
         started = task.turn_started_at or task.created_at
@@ -201,6 +229,7 @@ def format_output(out: OutputResult) -> str:
             lines.append(
                 f"{len(task.pending_followups)} queued follow-up(s) are sent when this turn ends."
             )
+        lines.extend(retry_lines(task, now))
         if out.timed_out:
             lines.insert(0, f"Still running after waiting {out.waited_seconds:.0f}s.")
         lines.append(
@@ -228,8 +257,10 @@ def format_list(tasks: list[Task]) -> str:
         return EMPTY_LIST
     lines = ["Background tasks (newest first):"]
     for task in tasks:
+        tries = f" ({len(task.tries)} attempts)" if task.tries else ""
         lines.append(
-            f"- {task.label} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
+            f"- {task.label} [{task.status.value}] {task.agent}{_on(task)}: "
+            f"{task.description}{tries}"
         )
     return "\n".join(lines)
 

@@ -11,6 +11,8 @@ last good result, so it can be resumed again; `Task.error` then says why the fol
 
 from __future__ import annotations
 
+import os
+
 from .models import (
     FollowUp,
     Notice,
@@ -42,6 +44,7 @@ def started(turn: int, after_message_id: str | None) -> Mutation:
             return None
         t.turn_after_message_id = after_message_id
         t.turn_started_at = now_ms()
+        t.retry_at = None
         _touch(t)
         return t, None
 
@@ -125,6 +128,29 @@ def finished(
     return mutate
 
 
+def retried(turn: int, after: str, model: str | None, delay: float, error: str) -> Mutation:
+    """The turn ended on a retryable provider error: the same prompt goes again, as a new user
+    message after `after` (a turn that completed is never repeated), on `model`, in `delay`
+    seconds. No notice: the parent hears once, at the end."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.turn != turn or not t.status.active:
+            return None
+        t.tries = [*(t.tries or [t.model]), model]
+        t.model = model
+        t.turn += 1
+        t.turn_after_message_id = after
+        t.prompt_message_id = message_id_after(after, 0, os.urandom(5).hex())
+        t.turn_started_at = None
+        t.retry_at = now_ms() + int(delay * 1000)
+        t.retry_error = error
+        t.progress = TaskProgress()
+        _touch(t)
+        return t, None
+
+    return mutate
+
+
 def dropped_line(count: int) -> str:
     """What the parent is told of queued follow-ups dropped by a cancel or a failure."""
     return f"Dropped {count} queued follow-up(s); they were not sent."
@@ -140,6 +166,9 @@ def _start_next(t: Task, after: str) -> None:
     t.turn_after_message_id = after
     t.prompt_message_id = message_id_after(after, 0, followup.token)
     t.turn_started_at = None
+    t.tries = []
+    t.retry_at = None
+    t.retry_error = None
     t.result_retrieved_at = None
     t.error = None
     t.progress = TaskProgress()
@@ -234,6 +263,9 @@ def resumed(
         t.result_retrieved_at = None
         t.error = None
         t.progress = TaskProgress()
+        t.tries = []
+        t.retry_at = None
+        t.retry_error = None
         _touch(t)
         return t, None
 

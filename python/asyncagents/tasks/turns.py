@@ -24,6 +24,8 @@ class TurnState(BaseModel):
     done: bool = False
     error: str | None = None
     error_name: str | None = None
+    #: the assistant message's ``error`` as OpenCode stored it (for the retry decision)
+    error_object: dict[str, Any] | None = None
     text: str = ""
     progress: TaskProgress = TaskProgress()
     #: the ids of the turn's tool calls (`tool_call_id`)
@@ -103,6 +105,7 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
     state.last_message_id = str(last.get("id") or "") or None
     if last.get("error"):
         state.error_name, state.error = format_error(last["error"])
+        state.error_object = last["error"] if isinstance(last["error"], dict) else None
         state.done = True
         return state
     finish = last.get("finish")

@@ -25,8 +25,9 @@ from .jobs import Jobs
 from .models import Task, TaskProgress, TaskStatus, now_ms
 from .recorder import Recorder, end_kind
 from .registry import Run, RunRegistry
+from .retries import plan_retry, retry_status
 from .store import TaskStore
-from .transitions import finished
+from .transitions import finished, retried
 from .turns import TurnState, format_error, read_turn, tool_call_id
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ class Watcher:
             if state is None:
                 return
             if state.done:
-                await self._end_turn(run, state)
+                await self._end_turn(run, state, task)
                 return
             if run.first_error is None and run.quiet_for() < self._config.stall_timeout:
                 return
@@ -165,7 +166,7 @@ class Watcher:
             if state is None:
                 return
             if state.done:
-                await self._end_turn(run, state)
+                await self._end_turn(run, state, task)
             elif run.first_error is not None:
                 # an error before any assistant message (bad agent/model...)
                 await self.finish(run.task_id, run.turn, TaskStatus.ERROR, error=run.first_error)
@@ -193,13 +194,33 @@ class Watcher:
         # calls events showed that these messages do not have yet still count
         state.progress.tool_calls += len(run.call_ids - state.call_ids)
         run.call_ids |= state.call_ids
+        state.progress.retry = run.progress.retry
         counted, run.progress = run.progress.tool_calls, state.progress
         if not state.done and run.progress.tool_calls != counted:
             self._report_progress(run)
         return state
 
-    async def _end_turn(self, run: Run, state: TurnState) -> None:
-        """Finish a run whose turn the messages prove ended: its reply, or its error."""
+    async def _end_turn(self, run: Run, state: TurnState, task: Task) -> None:
+        """Finish a run whose turn the messages prove ended: its reply, or its error; a
+        retryable provider error is tried again instead (`retries`), while tries remain."""
+        plan = None
+        if state.error is not None and state.last_message_id and not task.pending_followups:
+            config = self._config
+            plan = plan_retry(
+                state.error_object,
+                task.model,
+                task.tries or [task.model],
+                attempts=config.attempts,
+                fallback_models=config.fallback_models,
+                initial=config.retry_initial,
+                longest=config.retry_max,
+            )
+        if plan is not None and state.last_message_id is not None and state.error is not None:
+            mutate = retried(run.turn, state.last_message_id, plan.model, plan.delay, state.error)
+            out = await self._recorder.apply(run.task_id, mutate, "task.updated", background=True)
+            if out is not None and self.on_followup is not None:
+                self.on_followup(out[0])
+            return
         await self.finish(
             run.task_id,
             run.turn,
@@ -260,7 +281,10 @@ class Watcher:
         if task.session_id and started:
             try:
                 messages = await self._backend.messages(task.session_id)
-                return read_turn(messages, after).progress
+                progress = read_turn(messages, after).progress
+                if run is not None:
+                    progress.retry = run.progress.retry
+                return progress
             except BackendError:
                 pass
         return run.progress if run is not None else task.progress
@@ -278,6 +302,7 @@ class Watcher:
                 delta_run = self._registry.by_session(sid)
                 if delta_run is not None:
                     delta_run.touch()
+                    delta_run.progress.retry = None  # the provider answers again
             return
         sid = event_session_id(event)
         if sid is None:
@@ -293,6 +318,13 @@ class Watcher:
                 self.schedule_check(run.task_id)
             # a parent that went idle can take its waiting notices now
             self._on_parent_idle(sid)
+        elif kind == "session.status" and run is not None:
+            status = event_properties(event).get("status")
+            retry = retry_status(status) if isinstance(status, dict) else None
+            if retry is not None and retry != run.progress.retry:
+                # OpenCode retries the provider: alive, and shown as it happens
+                run.progress.retry = retry
+                self._report_progress(run)
         elif kind == "session.error":
             if run is not None:
                 _, text = format_error(event_properties(event).get("error"))
