@@ -319,3 +319,20 @@ def test_a_cancel_answered_after_the_clear_does_not_bring_the_task_back(
     expect(page.locator("#cancel-msg")).to_have_text("Cancelled.")
     expect(page.locator(".row")).to_have_count(0)
     expect(page.locator("#detail-title")).to_have_text(f"{held.id} (removed)")
+
+
+def test_a_task_on_its_own_model_shows_the_model(browser: Browser, live: LiveService) -> None:
+    chosen = launch(live, "Summarise the notes", "On its model", model="inprocess/inprocess")
+    plain = launch(live, "Summarise again", "Default model")
+    wait_status(live, chosen, TaskStatus.COMPLETED)
+    wait_status(live, plain, TaskStatus.COMPLETED)
+    page = open_page(browser, live)
+    log_in(page)
+    expect(row(page, chosen).locator(".agent")).to_have_text("general · inprocess/inprocess")
+    expect(row(page, plain).locator(".agent")).to_have_text("general")
+    row(page, chosen).click()
+    fields = page.locator("#detail-fields")
+    expect(fields).to_contain_text("Modelinprocess/inprocess")
+    page.click("#detail-close")
+    row(page, plain).click()
+    expect(fields).to_contain_text("Modelthe server's default")

@@ -378,6 +378,18 @@ function renderDetail(id) {
   field(dl, "Description", task.description);
   field(dl, "Agent", task.agent);
   field(dl, "Model", task.model || "the server's default");
+  if (task.tries && task.tries.length) {
+    field(dl, "Attempts", `${task.tries.length}: ${task.tries.map((m) => m || "default").join(", ")}`);
+  }
+  if (task.retry_error) field(dl, "Last provider error", task.retry_error);
+  const retry = p.retry;
+  if (retry) {
+    const next = retry.next ? `, next try ${fmtTime(retry.next)}` : "";
+    field(dl, "OpenCode retrying", `attempt ${retry.attempt}: ${retry.message}${next}`);
+  }
+  if (task.pending_followups && task.pending_followups.length) {
+    field(dl, "Queued follow-ups", String(task.pending_followups.length));
+  }
   field(dl, "Parent session", task.parent_session_id);
   field(dl, "Child session", task.session_id);
   field(dl, "Created", fmtTime(task.created_at));
