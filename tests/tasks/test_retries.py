@@ -293,3 +293,31 @@ def test_retry_after_backoff_and_plan() -> None:
     assert attempts_line([None, None, "b/b"]) == (
         "Attempts: 3 (2 on the server's default model, 1 on b/b)"
     )
+
+
+async def test_a_queued_follow_up_waits_for_the_try_again(store: TaskStore) -> None:
+    provider = Provider(fail=1)
+    provider.hold.clear()
+    manager, backend, parent = await _run(provider, store, "x")
+    try:
+        task = await manager.task(parent, "work", "explore", "retry then follow-up", model=A)
+        await until(lambda: bool(provider.calls), 5, "the turn running")
+        await manager.task(parent, "and then", resume=task.id, when="after_current")
+        provider.hold.set()
+
+        async def done() -> bool:
+            current = await manager.store.get(task.id)
+            return current is not None and current.resume_count == 1 and not current.status.active
+
+        await until(done, 10, "the follow-up answered")
+        final = await manager.store.get(task.id)
+        assert final is not None and final.status is TaskStatus.COMPLETED
+        assert final.result == f"Reply to: and then on {A}" and final.tries == []
+        assert task.session_id
+        assert _user_texts(await backend.messages(task.session_id)) == ["work", "work", "and then"]
+        await until(lambda: _count(backend, parent, 2), 5, "two notices")
+        first, second = await notices_in(backend, parent)
+        assert f"Attempts: 2 (2 on {A})\nResult:\nReply to: work on {A}" in first
+        assert "Attempts:" not in second
+    finally:
+        await manager.close()

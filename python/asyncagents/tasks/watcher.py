@@ -204,7 +204,8 @@ class Watcher:
         """Finish a run whose turn the messages prove ended: its reply, or its error; a
         retryable provider error is tried again instead (`retries`), while tries remain."""
         plan = None
-        if state.error is not None and state.last_message_id and not task.pending_followups:
+        interrupted = bool(task.pending_followups) and task.pending_followups[0].interrupt
+        if state.error is not None and state.last_message_id and not interrupted:
             config = self._config
             plan = plan_retry(
                 state.error_object,
