@@ -321,3 +321,15 @@ async def test_a_queued_follow_up_waits_for_the_try_again(store: TaskStore) -> N
         assert "Attempts:" not in second
     finally:
         await manager.close()
+
+
+async def test_a_blocking_read_waits_through_the_tries(store: TaskStore) -> None:
+    provider = Provider(fail=2)
+    manager, _, parent = await _run(provider, store, "x", retry_initial=0.3, retry_max=0.3)
+    try:
+        task = await manager.task(parent, "work", "explore", "blocking", model=A)
+        out = await manager.output(task.id, block=True, timeout=10)
+        assert not out.timed_out
+        assert out.task.status is TaskStatus.COMPLETED and len(out.task.tries) == 3
+    finally:
+        await manager.close()

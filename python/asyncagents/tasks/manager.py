@@ -373,9 +373,14 @@ class TaskManager:
         if block and task.status.active:
             loop = asyncio.get_running_loop()
             begin = loop.time()
-            timed_out = not await self.recorder.wait_ended(task.id, timeout)
+            while True:
+                left = max(0.0, timeout - (loop.time() - begin))
+                timed_out = not await self.recorder.wait_ended(task.id, left)
+                task = await self._resolve(task.id, parent_session_id)
+                # a try again after a provider error is the same turn to the caller
+                if timed_out or not task.status.active or not task.tries:
+                    break
             waited = loop.time() - begin
-            task = await self._resolve(task.id, parent_session_id)
         if task.status.active:
             task.progress = await self.watcher.fresh_progress(task)
         elif task.result_retrieved_at is None:
