@@ -264,3 +264,29 @@ async def test_a_queued_follow_up_survives_a_takeover(tmp_path: Path) -> None:
     ]
     await store_a.close()
     await store_b.close()
+
+
+async def test_queued_follow_ups_are_capped_and_fit_an_event(
+    manager: TaskManager, parent: str, script: Script
+) -> None:
+    from asyncagents.service.event_size import EVENT_TASK_BYTES, json_text
+    from asyncagents.service.event_stream import event_task_json
+    from asyncagents.tasks.transitions import MAX_QUEUED_FOLLOWUPS
+
+    task = await manager.task(parent, "[hold] work", "explore", "many follow-ups")
+    await until(lambda: bool(script.seen))
+    big = "x" * 100_000
+    for n in range(MAX_QUEUED_FOLLOWUPS):
+        await manager.task(parent, f"{n} {big}", resume=task.id, when="after_current")
+    text = await _queue(manager, parent, task.id, "one too many", "after_current")
+    assert text == (
+        f"Error: Task `{task.id}` already has 20 queued follow-ups; wait for its notices before "
+        "queueing more."
+    )
+    stored = await manager.store.get(task.id)
+    assert stored is not None and len(stored.pending_followups) == MAX_QUEUED_FOLLOWUPS
+    event = event_task_json(stored)
+    assert len(json_text(event)) <= EVENT_TASK_BYTES
+    assert "pending_followups.0.prompt" in event["truncated"]
+    assert len(event["pending_followups"]) == MAX_QUEUED_FOLLOWUPS
+    await manager.cancel(task.id)

@@ -52,6 +52,7 @@ from .registry import Run, RunRegistry
 from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import (
+    MAX_QUEUED_FOLLOWUPS,
     cancelled,
     queue_followup,
     resumed,
@@ -521,7 +522,13 @@ class TaskManager:
                 if followup.interrupt and task.session_id:
                     await abort_quietly(self.backend, task.session_id)
                 return out[0]
-            task = await self._resolve(task.id, parent_session_id)  # it ended meanwhile
+            task = await self._resolve(task.id, parent_session_id)
+            if task.status.active and len(task.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
+                raise TaskRequestError(
+                    f"Task `{task.id}` already has {MAX_QUEUED_FOLLOWUPS} queued follow-ups; "
+                    "wait for its notices before queueing more."
+                )
+            # else it ended meanwhile: resumed below as a completed task
         if task.status is TaskStatus.RESUMED:
             raise TaskBeingResumedError(task.id)
         if task.status is not TaskStatus.COMPLETED:

@@ -175,12 +175,16 @@ def _start_next(t: Task, after: str) -> None:
     _touch(t)
 
 
+#: the most follow-ups one task holds queued (each is a stored prompt)
+MAX_QUEUED_FOLLOWUPS = 20
+
+
 def queue_followup(followup: FollowUp) -> Mutation:
     """Store a follow-up for the running turn's end; one sent with ``when="now"`` goes before
-    those waiting (after any other "now" one)."""
+    those waiting (after any other "now" one). Declines past `MAX_QUEUED_FOLLOWUPS`."""
 
     def mutate(t: Task) -> Outcome:
-        if not t.status.active:
+        if not t.status.active or len(t.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
             return None
         at = len(t.pending_followups)
         if followup.interrupt:
