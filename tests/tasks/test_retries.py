@@ -241,6 +241,10 @@ async def test_opencodes_own_retry_is_shown_and_never_taken_for_a_stall(
             r"(29|30)s\.",
             lines[2],
         ), lines
+        listed = await run_tool(manager, parent, "asyncagents_list", {})
+        assert listed.splitlines()[1] == (
+            f"- {task.id} [running] explore: retrying (OpenCode retrying the provider: attempt 2)"
+        )
         provider.hold.set()
         await _final(manager, task.id)
         final = await manager.store.get(task.id)

@@ -434,9 +434,15 @@ class TaskManager:
     ) -> builtins.list[Task]:
         """The caller's own tasks on this backend, newest first."""
         await self.start()
-        return await self.store.list_tasks(
+        tasks = await self.store.list_tasks(
             parent_session_id, None if status is None else (status,), backend=self.backend_name
         )
+        for task in tasks:
+            # OpenCode retrying the provider is only in this manager's memory (from events)
+            run = self.registry.get(task.id)
+            if run is not None and run.turn == task.turn and run.progress.retry is not None:
+                task.progress = task.progress.model_copy(update={"retry": run.progress.retry})
+        return tasks
 
     async def cancel(
         self,

@@ -258,6 +258,9 @@ def format_list(tasks: list[Task]) -> str:
     lines = ["Background tasks (newest first):"]
     for task in tasks:
         tries = f" ({len(task.tries)} attempts)" if task.tries else ""
+        retry = task.progress.retry if task.status.active else None
+        if retry is not None:
+            tries += f" (OpenCode retrying the provider: attempt {retry.get('attempt')})"
         lines.append(
             f"- {task.label} [{task.status.value}] {task.agent}{_on(task)}: "
             f"{task.description}{tries}"
