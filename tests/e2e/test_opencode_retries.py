@@ -68,7 +68,10 @@ async def test_two_429s_are_absorbed_by_opencode_and_shown_while_they_last(
     assert final.tries == [] and final.result == f"Reply to: {prompt}"
     assert fake_model.rate_limited[prompt] == 2
     (notice,) = await _notices(backend, parent)
-    assert "Attempts:" not in notice and f"Result:\nReply to: {prompt}" in notice
+    assert (
+        "\nAttempts: 1 (1 on fake/fake-model); OpenCode retried the provider 2 time(s) in the "
+        f"last one\nResult:\nReply to: {prompt}\n" in notice
+    )
 
 
 async def test_when_opencode_gives_up_our_try_again_finishes_it(
@@ -87,7 +90,10 @@ async def test_when_opencode_gives_up_our_try_again_finishes_it(
     errors = [m["info"]["error"] for m in messages if m["info"].get("error")]
     assert [(e["name"], e["data"]["statusCode"]) for e in errors] == [("APIError", 429)]
     (notice,) = await _notices(backend, parent)
-    assert "\nAttempts: 2 (2 on the server's default model)\nResult:\n" in notice
+    assert (
+        "\nAttempts: 2 (2 on fake/fake-model); OpenCode retried the provider 2 time(s) in the "
+        "last one\nResult:\n" in notice
+    )
 
 
 async def test_a_fallback_model_finishes_after_the_first_fails_three_times(

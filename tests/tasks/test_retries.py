@@ -249,6 +249,12 @@ async def test_opencodes_own_retry_is_shown_and_never_taken_for_a_stall(
         await _final(manager, task.id)
         final = await manager.store.get(task.id)
         assert final is not None and final.status is TaskStatus.COMPLETED
+        assert final.progress.provider_retries == 2 and final.progress.model == A
+        out = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
+        assert out.splitlines()[:2] == [
+            f"Task {task.id} [completed] explore: retrying",
+            f"Attempts: 1 (1 on {A}); OpenCode retried the provider 2 time(s) in the last one",
+        ]
     finally:
         await manager.close()
 

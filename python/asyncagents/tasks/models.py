@@ -69,6 +69,10 @@ class TaskProgress(BaseModel):
     steps: int = 0
     #: OpenCode retrying the provider now: ``{attempt, message, next}`` (``next``: epoch ms)
     retry: dict[str, Any] | None = None
+    #: how many times OpenCode retried the provider in this turn (its retry status's attempt)
+    provider_retries: int = 0
+    #: the model that answered the turn (``provider/model`` of its last assistant message)
+    model: str | None = None
 
 
 class FollowUp(BaseModel):

@@ -27,7 +27,7 @@ from .config import TaskManagerConfig
 from .errors import BackendError, SessionNotFoundError
 from .jobs import wait_event
 from .models import Notice, NoticeKind, Task, now_ms
-from .retries import attempts_line
+from .retries import task_attempts
 from .store import TaskStore
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,9 @@ def format_notice(notice_id: str, task: Task, kind: NoticeKind) -> str:
     """The text the parent reads for one ended turn."""
     head = notice_tag(notice_id)
     model = f"Model: {task.model}\n" if task.model else ""
-    if task.tries:
-        model += attempts_line(task.tries) + "\n"
+    attempts = task_attempts(task)
+    if attempts:
+        model += attempts + "\n"
     where = f'Read it again with asyncagents_output(task_id="{task.id}").'
     if kind is NoticeKind.ERROR:
         return (

@@ -106,13 +106,30 @@ def plan_retry(
     return None  # every model had its tries
 
 
-def attempts_line(tries: Sequence[str | None]) -> str:
-    """``Attempts: 4 (3 on a/b, 1 on c/d)``: every try of the turn, by model in order."""
+def attempts_line(tries: Sequence[str | None], provider_retries: int = 0) -> str:
+    """``Attempts: 4 (3 on a/b, 1 on c/d)``: every try of the turn, by model in order, and
+    how often OpenCode retried the provider within the last one."""
     counts: dict[str | None, int] = {}
     for model in tries:
         counts[model] = counts.get(model, 0) + 1
     parts = [f"{n} on {m or DEFAULT_MODEL_NAME}" for m, n in counts.items()]
-    return f"Attempts: {len(tries)} ({', '.join(parts)})"
+    line = f"Attempts: {len(tries)} ({', '.join(parts)})"
+    if provider_retries:
+        line += f"; OpenCode retried the provider {provider_retries} time(s) in the last one"
+    return line
+
+
+def task_attempts(task: Any) -> str | None:
+    """A finished turn's `attempts_line`, when it took more than one request to the provider
+    (our tries again, or OpenCode's own retries); None otherwise."""
+    retries = task.progress.provider_retries
+    if not task.tries and not retries:
+        return None
+    tries = task.tries or [task.model]
+    if all(m is None for m in tries):
+        # every try on the server's default: the model that answered names it
+        tries = [task.progress.model] * len(tries)
+    return attempts_line(tries, retries)
 
 
 def retry_status(status: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from ..plain import surrogate_free
 from .conversation import read_conversation
 from .errors import StoreError, TaskError
 from .models import OutputResult, Task, TaskStatus, now_ms
-from .retries import DEFAULT_MODEL_NAME, attempts_line
+from .retries import DEFAULT_MODEL_NAME, task_attempts
 from .tool_args import (
     DEFAULT_OUTPUT_TIMEOUT_SECONDS,
     MAX_OUTPUT_TIMEOUT_SECONDS,
@@ -214,8 +214,9 @@ def format_output(out: OutputResult) -> str:
     task = out.task
     now = now_ms()
     head = f"Task {task.label} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
-    if task.tries and not task.status.active:
-        head += f"\n{attempts_line(task.tries)}"
+    attempts = None if task.status.active else task_attempts(task)
+    if attempts:
+        head += f"\n{attempts}"
     if task.status.active:
         p = task.progress
         started = task.turn_started_at or task.created_at

@@ -81,6 +81,8 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
         if info.get("role") != "assistant" or info.get("summary") is True:
             continue
         progress.steps += 1
+        if isinstance(info.get("providerID"), str) and isinstance(info.get("modelID"), str):
+            progress.model = f"{info['providerID']}/{info['modelID']}"
         for part in message.get("parts") or ():
             if not isinstance(part, dict):
                 continue

@@ -195,6 +195,7 @@ class Watcher:
         state.progress.tool_calls += len(run.call_ids - state.call_ids)
         run.call_ids |= state.call_ids
         state.progress.retry = run.progress.retry
+        state.progress.provider_retries = run.progress.provider_retries
         counted, run.progress = run.progress.tool_calls, state.progress
         if not state.done and run.progress.tool_calls != counted:
             self._report_progress(run)
@@ -325,6 +326,9 @@ class Watcher:
             if retry is not None and retry != run.progress.retry:
                 # OpenCode retries the provider: alive, and shown as it happens
                 run.progress.retry = retry
+                attempt = retry.get("attempt")
+                if isinstance(attempt, int):
+                    run.progress.provider_retries = max(run.progress.provider_retries, attempt)
                 self._report_progress(run)
         elif kind == "session.error":
             if run is not None:
