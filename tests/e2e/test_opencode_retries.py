@@ -121,3 +121,47 @@ async def test_a_non_retryable_400_ends_the_task_at_once(
     assert out.task.status is TaskStatus.ERROR and out.task.tries == []
     assert task.session_id is not None
     assert _users(await backend.messages(task.session_id)) == ["[fake:fail400] rejected"]
+
+
+async def test_done_when_a_chosen_model_survives_429s_and_a_follow_up_is_answered_next(
+    retrying: TaskManager, backend: OpenCodeBackend, parent: str, fake_model: FakeModel
+) -> None:
+    """The issue's whole story: a child on a chosen model, failed twice with 429 by its
+    provider, finishes; the parent is told once, naming the model and the attempts; a follow-up
+    sent while the child ran is answered next."""
+    prompt = "[fake:429=2] the whole story"
+    task = await retrying.task(parent, prompt, AGENT, "story", model=SMALL_MODEL)
+    text = await run_tool(
+        retrying,
+        parent,
+        "asyncagents_task",
+        {"prompt": "and the follow-up", "resume": task.id, "when": "after_current"},
+    )
+    assert text.startswith(f"Follow-up queued for background task `{task.id}`: story\n")
+
+    async def both_answered() -> bool:
+        current = await retrying.store.get(task.id)
+        return (
+            current is not None
+            and current.status is TaskStatus.COMPLETED
+            and current.resume_count == 1
+        )
+
+    await until(both_answered, 90, "the turn and its follow-up")
+    assert fake_model.rate_limited[prompt] == 2
+    await until(lambda: _count(backend, parent, 2), 30, "two notices")
+    await asyncio.sleep(1.0)
+    first, second = await notices_in(backend, parent)
+    assert (
+        f"Background task {task.id} completed: story\nModel: {SMALL_MODEL}\n"
+        f"Attempts: 1 (1 on {SMALL_MODEL}); OpenCode retried the provider 2 time(s) in the last "
+        f"one\nResult:\nReply to: {prompt}\n" in first
+    )
+    assert (
+        f"Background task {task.id} (resumed) answered your follow-up: story\n"
+        f"Model: {SMALL_MODEL}\nFull response:\nReply to: and the follow-up\n" in second
+    )
+
+
+async def _count(backend: OpenCodeBackend, parent: str, n: int) -> bool:
+    return len(await notices_in(backend, parent)) >= n
