@@ -321,3 +321,35 @@ def test_fork_budget_numbers() -> None:
     )
     assert parse_providers(_providers())[SMALL] == ModelInfo(name=SMALL, context=16000, output=4096)
     assert parse_providers({"providers": [{"id": 3}, "x", {"id": "p", "models": []}]}) == {}
+
+
+class _NoCatalog(InProcessBackend):
+    async def providers(self) -> JSON:
+        from asyncagents.tasks import BackendUnavailableError
+
+        raise BackendUnavailableError("config/providers is down (test)")
+
+
+async def test_a_fork_whose_models_cannot_be_read_gets_the_default_budget(
+    script: Script, store: TaskStore
+) -> None:
+    backend = _NoCatalog(script)
+    manager = await _manager(backend, store)
+    try:
+        parent = str((await backend.create_session(title="p"))["id"])
+        _parent_turns(backend, parent, 2, 10)
+        task = await manager.task(parent, "go", "explore", "no catalog", fork=True)
+        out = await manager.output(task.id, block=True, timeout=5)
+        assert out.task.status is TaskStatus.COMPLETED, out.task.error
+        stats = out.task.fork_stats or {}
+        assert stats["char_budget"] == 200_000
+        assert stats["budget_reason"] == (
+            "the default, as the context window of the server's default model is not known"
+        )
+        # and a task asking for a model is told the server cannot say
+        text = await run_tool(
+            manager, parent, "asyncagents_task", {"prompt": "x", "agent": "a", "model": SMALL}
+        )
+        assert text == "Error: config/providers is down (test)"
+    finally:
+        await manager.close()

@@ -99,7 +99,8 @@ class Launcher:
         try:
             name = name or await self._catalog.default()
             info = await self._catalog.info(name)
-        except BackendError as exc:
+        except (BackendError, AttributeError) as exc:
+            # a server that cannot say (or a backend without the call): the default budget
             log.info("task %s: the server's models cannot be read (%s)", task.id, exc)
         return fork_config(name, info, task.fork_turns, len(task.prompt))
 
