@@ -2,8 +2,8 @@
 objects, so both meet the same heap and the same machine: the A/B for a change to the engine.
 
 Separate processes parse the sessions into different heaps, and from dicts the walk's time moves
-with where the objects lie (see the README), often by more than a change gains. Here both builds
-walk the very same objects, round after round, in alternating order.
+with where the objects lie (see docs/fork-performance.md), often by more than a change gains.
+Here both builds walk the very same objects, round after round, in alternating order.
 
     # build the engine before the change, keep its extension, build after the change
     cp python/asyncagents/_core*.so /tmp/before.so
@@ -36,6 +36,9 @@ from asyncagents.compaction import CompactionView, slice_at_compaction  # noqa: 
 from asyncagents.config import ForkConfig  # noqa: E402
 from generate import SHAPES, session_bytes  # noqa: E402
 
+#: the clock of `one_call` (`time.thread_time` for CPU time, as `--cpu` of the scripts using it)
+CLOCK = time.perf_counter
+
 
 def load(path: str, tag: str) -> ModuleType:
     """An extension module `_core` from `path`, under a package name of its own."""
@@ -49,13 +52,13 @@ def load(path: str, tag: str) -> ModuleType:
 
 def one_call(core: ModuleType, messages: object, config: ForkConfig) -> tuple[float, float]:
     """Seconds of the walk and of the whole call."""
-    start = time.perf_counter()
+    start = CLOCK()
     session = core.from_objects(messages)
-    walked = time.perf_counter()
+    walked = CLOCK()
     count, markers, summaries = session.compaction_view()
     kept = slice_at_compaction(CompactionView(count, markers, summaries, session.index_of)).kept
     session.render(kept, config)
-    done = time.perf_counter()
+    done = CLOCK()
     del session  # its strings are released outside the timed span
     return walked - start, done - start
 

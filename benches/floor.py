@@ -13,9 +13,9 @@ objects ahead); the faster of the two is the fastest way we know to make them. S
 `reference / (reads + results' bytes)` is the most an engine could reach against the reference
 from dicts with a render, a compaction slice and a Python wrapper that cost nothing.
 
-Times on the same list passed again (as the README's "dicts" columns), all engines round after
-round in one process. The extension is built on first use with the compiler and flags CPython
-was built with (`sysconfig`), into a cache folder.
+Times on the same list passed again (as the "dicts" columns of docs/benchmarks.md), all engines
+round after round in one process. The extension is built on first use with the compiler and
+flags CPython was built with (`sysconfig`), into a cache folder.
 """
 
 from __future__ import annotations
@@ -132,7 +132,13 @@ def result_texts(floor: ModuleType, messages: list[Any], plan: Plan | None = Non
     return texts
 
 
-def measure(floor: ModuleType, shape: str, size: int, rounds: int) -> dict[str, float]:
+def measure(
+    floor: ModuleType,
+    shape: str,
+    size: int,
+    rounds: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, float]:
     """Median ms of each, round after round on the same list. In a round each makes an
     untimed call, then a timed one, so that every timed call follows one of its own kind
     (as in a benchmark of it alone) and not one that left other objects in the caches."""
@@ -149,9 +155,9 @@ def measure(floor: ModuleType, shape: str, size: int, rounds: int) -> dict[str, 
     for _ in range(rounds):
         for name, call in calls.items():
             call()
-            start = time.perf_counter()
+            start = clock()
             call()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     return {name: statistics.median(spans) * 1e3 for name, spans in times.items()}
 
 
@@ -159,16 +165,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--sizes", nargs="+", type=int, default=[200, 2_000])
+    parser.add_argument(
+        "--cpu", action="store_true", help="the thread's CPU time, not wall time (a shared machine)"
+    )
     args = parser.parse_args(argv)
+    clock = time.thread_time if args.cpu else time.perf_counter
     floor = build()
     print(
         "| shape | messages | reference | Rust | Rust walk | C walk | results' bytes"
-        " | reference / Rust | reference / reads | reference / (reads + results' bytes) |"
+        " | reference / Rust | reference / reads | reference / (reads + results' bytes)"
+        " | Rust / (reads + results' bytes) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for size in args.sizes:
         for shape in args.shapes:
-            ms = measure(floor, shape, size, rounds=60 if size <= 200 else 20)
+            ms = measure(floor, shape, size, 60 if size <= 200 else 20, clock)
             reads = min(ms["walk"], ms["floor"])
             results = ms["results"]
             cells = " | ".join(
@@ -177,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"| `{shape}` | {size:,} | {cells} | {results:.3f} ms"
                 f" | {ms['reference'] / ms['rust']:.1f}x | {ms['reference'] / reads:.1f}x"
-                f" | {ms['reference'] / (reads + results):.1f}x |",
+                f" | {ms['reference'] / (reads + results):.1f}x"
+                f" | {ms['rust'] / (reads + results):.2f}x |",
                 flush=True,
             )
 

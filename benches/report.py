@@ -5,7 +5,7 @@ issue 8 with whether it is met. Without a JSON file it runs the benchmarks first
 
     python -m pytest benches/test_bench_fork.py -q -p no:cacheprovider --benchmark-enable \
         --benchmark-json=fork-bench.json
-    python benches/report.py fork-bench.json     # the README tables
+    python benches/report.py fork-bench.json     # the tables of docs/benchmarks.md
     python benches/report.py                     # run, then report (about 12 minutes)
     python benches/report.py --tasks tasks.json  # the task manager benchmarks instead
 """

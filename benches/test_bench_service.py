@@ -130,7 +130,7 @@ def test_child_end_to_parent_wake(benchmark: Any, stack: Stack) -> None:
         )
         text = answer.json()["text"]
         assert text.startswith("Background task started: "), text
-        task_id = text.split()[3]
+        task_id = text.split()[3].strip("`")
         for _ in range(2400):
             if any(t == task_id for _, t in await notices_of(backend, parent)):
                 break

@@ -15,7 +15,7 @@ With `--collect`, a full garbage collection runs before each call (untimed), so 
 pays for the collections that the objects of the calls before it made due. At 20,000 messages
 from bytes, in a process that also holds sessions as dicts (as the benchmarks' does), one full
 collection takes 0.6-0.9 s, half a call, and lands in whichever call crosses CPython's
-threshold: mostly inside `json.loads`, which both sides call (see the README).
+threshold: mostly inside `json.loads`, which both sides call (see docs/fork-performance.md).
 """
 
 from __future__ import annotations

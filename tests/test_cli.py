@@ -1,4 +1,5 @@
-"""The `asyncagents fork` command: sample by default, files, stdin, --stats, --json, bad input."""
+"""The `asyncagents` command: --version; `fork` on the sample by default, files, stdin, the
+summary of --stats, --full, -o, --json, bad input."""
 
 from __future__ import annotations
 
@@ -41,13 +42,93 @@ def test_no_file_runs_on_the_shipped_sample() -> None:
     assert done.stderr == b""
 
 
-def test_stats_go_to_stderr_as_camel_case_json() -> None:
+SUMMARY = (
+    "asyncagents fork: the sample session shipped with the package, 45 messages (608,050 bytes)\n"
+    "  kept:          17 messages in a context of 21,246 characters (budget 200,000)\n"
+    "  compaction:    28 messages cut before the latest summary; it and its tail of 7 kept\n"
+    "  budget:        nothing dropped: every kept message fits\n"
+    "  tool results:  11: the 5 newest whole, the next 6 to 3,000 characters, 0 older to 500\n"
+    "                 2 cut (1 keeping head and tail), 0 cleared by OpenCode before\n"
+)
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    import asyncagents
+
+    done = run("--version")
+    assert done.returncode == 0
+    assert done.stdout.decode() == f"asyncagents {asyncagents.__version__}\n"
+    assert asyncagents.__version__ == version("asyncagents")
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert f'\nversion = "{asyncagents.__version__}"\n' in pyproject
+
+
+def test_stats_print_a_summary_of_what_was_kept_and_cut() -> None:
+    ctx = build_fork_context(SAMPLE)
+    assert len(SAMPLE) == 608_050 and len(ctx.text) == 21_246
+    assert ctx.stats.final_count == 17 and ctx.stats.compaction_tail_messages == 7
     done = run("fork", "--stats")
     assert done.returncode == 0
-    stats = json.loads(done.stderr)
-    assert stats == build_fork_context(SAMPLE).stats.model_dump(by_alias=True)
-    assert stats["compactionSliceIndex"] == 35
-    assert stats["tierDistribution"] == {"tier1": 5, "tier2": 6, "tier3": 0}
+    assert done.stderr == b""
+    assert done.stdout.decode("utf-8") == SUMMARY + (
+        "context: not shown (--full prints it, -o FILE writes it to a file)\n"
+    )
+
+
+def test_full_prints_the_summary_then_the_context() -> None:
+    done = run("fork", "--stats", "--full")
+    assert done.returncode == 0
+    assert done.stdout.decode("utf-8") == SUMMARY + "\n" + build_fork_context(SAMPLE).text + "\n"
+    assert run("fork", "--full").stdout == done.stdout
+
+
+def test_output_writes_the_context_to_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "context.txt"
+    done = run("fork", "-o", str(target))
+    assert done.returncode == 0
+    assert done.stdout.decode("utf-8") == SUMMARY + (
+        f"context: 21,246 characters written to {target}\n"
+    )
+    assert target.read_text("utf-8") == build_fork_context(SAMPLE).text + "\n"
+    missing = run("fork", "-o", str(tmp_path / "no" / "dir" / "x.txt"))
+    assert missing.returncode == 2
+    assert missing.stderr.decode() == (
+        f"asyncagents: cannot write {tmp_path / 'no' / 'dir' / 'x.txt'}: "
+        "No such file or directory\n"
+    )
+
+
+def test_summary_of_a_session_without_compaction_that_does_not_fit() -> None:
+    # 30 user messages of 10,000 characters: no compaction; the budget keeps the newest 19
+    messages = [
+        {
+            "info": {"id": f"msg_{i:03}", "role": "user", "sessionID": "ses_x"},
+            "parts": [{"type": "text", "text": "x" * 10_000}],
+        }
+        for i in range(30)
+    ]
+    ctx = build_fork_context(messages)
+    done = run("fork", "-", "--stats", stdin=json.dumps(messages).encode())
+    assert done.returncode == 0
+    kept, removed = ctx.stats.final_count, ctx.stats.removed_messages
+    assert (kept + removed, ctx.stats.compaction_detected) == (30, False) and removed > 0
+    assert done.stdout.decode() == (
+        f"asyncagents fork: standard input, 30 messages ({len(json.dumps(messages)):,} bytes)\n"
+        f"  kept:          {kept} messages in a context of {len(ctx.text):,} characters "
+        "(budget 200,000)\n"
+        "  compaction:    none in the session\n"
+        f"  budget:        dropped the {removed} oldest messages to fit\n"
+        "  tool results:  none\n"
+        "context: not shown (--full prints it, -o FILE writes it to a file)\n"
+    )
+
+
+def test_json_goes_alone() -> None:
+    done = run("fork", "--json", "--stats")
+    assert done.returncode == 2
+    assert done.stderr.decode() == "asyncagents: --json goes alone, without --stats, --full or -o\n"
 
 
 def test_json_prints_text_and_stats() -> None:
@@ -83,6 +164,11 @@ def test_python_engine_prints_the_same_bytes() -> None:
 def test_an_empty_session_prints_nothing() -> None:
     done = run("fork", "-", stdin=b"[]")
     assert (done.returncode, done.stdout) == (0, b"")
+    summary = run("fork", "-", "--stats", stdin=b"[]")
+    assert summary.stdout.decode() == (
+        "asyncagents fork: standard input, 0 messages (2 bytes)\n"
+        "  nothing to inject: the session has no message a child could use\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -110,10 +196,9 @@ def test_missing_file_exits_2(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr.decode("utf-8")
 
 
-def test_main_returns_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_returns_the_exit_status(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     assert main(["fork", "--stats"]) == 0
-    captured = capsys.readouterr()
-    assert json.loads(captured.err)["originalCount"] == 45
+    assert capsysbinary.readouterr().out.decode().startswith(SUMMARY)
 
 
 def test_the_console_script_is_installed() -> None:
@@ -122,3 +207,30 @@ def test_the_console_script_is_installed() -> None:
     done = subprocess.run([script, "fork", "--json"], capture_output=True, timeout=60, check=False)
     assert done.returncode == 0
     assert json.loads(done.stdout)["stats"]["originalCount"] == 45
+
+
+def test_the_readme_shows_what_its_first_command_prints() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text("utf-8")
+    assert "python3 -m pip install . && asyncagents fork --stats\n" in readme
+    shown = SUMMARY + "context: not shown (--full prints it, -o FILE writes it to a file)\n"
+    assert f"```\n{shown}```\n" in readme
+
+
+def test_summary_of_a_newest_message_over_the_budget() -> None:
+    messages = [
+        {
+            "info": {"id": "msg_001", "role": "user", "sessionID": "ses_x"},
+            "parts": [{"type": "text", "text": "y" * 300_000}],
+        }
+    ]
+    ctx = build_fork_context(messages)
+    assert ctx.stats.hard_capped
+    done = run("fork", "-", "--stats", stdin=json.dumps(messages).encode())
+    assert done.returncode == 0
+    lines = done.stdout.decode().splitlines()
+    assert lines[1] == (
+        f"  kept:          1 message in a context of {len(ctx.text):,} characters (budget 200,000)"
+    )
+    assert lines[3] == (
+        "  budget:        the newest message alone was over the budget: its text cut head and tail"
+    )

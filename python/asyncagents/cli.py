@@ -1,7 +1,8 @@
 """The ``asyncagents`` command.
 
-- ``asyncagents fork [FILE|-]``: print the context a forked child of that session would get;
-- ``asyncagents serve --opencode URL``: run the task service the OpenCode plugin calls;
+- ``asyncagents fork [FILE|-]``: the context a forked child of that session would get, or with
+  ``--stats`` a summary of what the fork kept and cut;
+- ``asyncagents serve``: run the task service the OpenCode plugin calls;
 - ``asyncagents opencode install [DIR]``: install that plugin into an OpenCode project.
 """
 
@@ -13,9 +14,15 @@ import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from . import __version__
+from .config import ForkConfig
 from .errors import ForkInputError
 from .fork import build_fork_context
+
+if TYPE_CHECKING:
+    from .tasks import OpenCodeCredentials
 
 #: A real session recorded from opencode 1.18.33 (compaction, pruning, bash/read tools).
 SAMPLE = "sample_session.json"
@@ -25,20 +32,37 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="asyncagents", description="Background sub-agent tasks and forked context."
     )
+    parser.add_argument("--version", action="version", version=f"asyncagents {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     fork = commands.add_parser(
         "fork",
         help="print the context to inject into a forked child session",
         description="Read a session (the JSON of GET /session/{id}/message, or an "
-        "`opencode export` file) and print the text to inject into a forked child. "
-        "With no FILE, run on a real sample session shipped with the package.",
+        "`opencode export` file) and print the text to inject into a forked child; with "
+        "--stats, a summary of what the fork kept and cut instead. With no FILE, run on a "
+        "real sample session shipped with the package.",
     )
     fork.add_argument("file", nargs="?", help="session JSON file, or - for standard input")
-    output = fork.add_mutually_exclusive_group()
-    output.add_argument(
-        "--stats", action="store_true", help="also print the stats as JSON to stderr"
+    fork.add_argument(
+        "--stats",
+        action="store_true",
+        help="print a summary of what the fork kept and cut instead of the context",
     )
-    output.add_argument("--json", action="store_true", help="print {text, stats} as JSON instead")
+    fork.add_argument(
+        "--full", action="store_true", help="print the summary, then the whole context"
+    )
+    fork.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the context to FILE and print the summary",
+    )
+    fork.add_argument(
+        "--json",
+        action="store_true",
+        help="print {text, stats} as JSON (stats in the camelCase names) instead",
+    )
     fork.add_argument(
         "--engine",
         choices=("rust", "python"),
@@ -51,41 +75,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from .service.settings import add_options
+
     serve = commands.add_parser(
         "serve",
         help="run the task service for the OpenCode plugin",
         description="Run the background task manager over an OpenCode server, as an HTTP "
-        "service on loopback that the OpenCode plugin calls. It is ready when GET /v1/health "
-        "answers 200. On its first start it creates a bearer token in a private file "
-        "($XDG_STATE_HOME/asyncagents/token). SIGTERM or SIGINT stop it gracefully; the next "
-        "start picks the running tasks up again.",
+        "service on loopback that the OpenCode plugin calls, with a dashboard at its address. "
+        "It is ready when GET /v1/health answers 200. On its first start it creates a bearer "
+        "token in a private file ($XDG_STATE_HOME/asyncagents/token). SIGTERM or SIGINT stop "
+        "it gracefully; the next start picks the running tasks up again. Every setting is an "
+        "option, an ASYNCAGENTS_* environment variable and a key of the --config file; an "
+        "option beats the environment, which beats the file.",
     )
-    serve.add_argument(
-        "--opencode", required=True, metavar="URL", help="the OpenCode server (opencode serve)"
-    )
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=4097, help="port (default 4097)")
-    serve.add_argument(
-        "--allowed-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="also answer requests whose Host header is NAME or NAME:PORT (repeatable; by "
-        "default only the bound address, and localhost when it is loopback)",
-    )
-    serve.add_argument(
-        "--store",
-        type=Path,
-        metavar="PATH",
-        help="SQLite file of the tasks (default $XDG_STATE_HOME/asyncagents/tasks.sqlite3)",
-    )
-    serve.add_argument(
-        "--wake",
-        choices=("each", "all_done", "never"),
-        default="each",
-        help="how a parent hears of its ended tasks: woken by each notice (default), once all "
-        "its tasks are done, or never (the notice is added without a reply)",
-    )
+    add_options(serve)
 
 
 def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,25 +106,46 @@ def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "--service",
         default="http://127.0.0.1:4097",
         metavar="URL",
-        help="the asyncagents service (default http://127.0.0.1:4097)",
+        help="the asyncagents service, an http(s) URL (default http://127.0.0.1:4097)",
     )
     install.add_argument(
         "--opencode-version",
         metavar="X.Y.Z",
-        help="OpenCode version to pin @opencode-ai/plugin to (default: `opencode --version`)",
+        help="OpenCode version to pin @opencode-ai/plugin to (default: the version of "
+        "opencode on PATH, else of .opencode-bin/node_modules/.bin/opencode, else the tested "
+        "one)",
     )
 
 
 def _serve(args: argparse.Namespace) -> int:
     from .service.auth import TokenFileError, default_token_path, load_or_create_token
-    from .service.server import ServeOptions, serve
+    from .service.server import serve
+    from .service.settings import (
+        SettingsError,
+        dsn_has_password,
+        is_postgres_dsn,
+        opencode_credentials,
+        resolve,
+    )
 
-    if not 0 < args.port < 65536:
-        print(f"asyncagents serve: --port {args.port} is not a TCP port", file=sys.stderr)
+    try:
+        settings = resolve(args)
+    except SettingsError as exc:
+        for line in str(exc).splitlines():
+            print(f"asyncagents serve: {line}", file=sys.stderr)
         return 2
-    problem = _opencode_url_problem(args.opencode)
+    store = settings.serve.store
+    if store is not None and is_postgres_dsn(store) and dsn_has_password(store):
+        print(
+            "asyncagents serve: warning: the --store DSN holds a password, which other users "
+            "can read in the process list; put it in PGPASSWORD or ~/.pgpass instead",
+            file=sys.stderr,
+            flush=True,
+        )
+    problem = _url_problem(settings.serve.opencode)
     if problem is not None:
-        print(f"asyncagents serve: {problem}", file=sys.stderr)
+        source = settings.sources.get("opencode", "--opencode")
+        print(f"asyncagents serve: {source} {problem}", file=sys.stderr)
         return 2
     path = default_token_path()
     try:
@@ -130,45 +154,45 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"asyncagents serve: {exc}", file=sys.stderr)
         return 2
     print(f"asyncagents serve: token {'created in' if created else 'read from'} {path}", flush=True)
-    warning = _opencode_down(args.opencode)
+    try:
+        credentials = opencode_credentials(settings.serve)
+    except ValueError as exc:
+        print(f"asyncagents serve: {exc}", file=sys.stderr)
+        return 2
+    warning = _opencode_down(settings.serve.opencode, credentials)
     if warning is not None:
         print(f"asyncagents serve: warning: {warning}", file=sys.stderr, flush=True)
-    options = ServeOptions(
-        opencode_url=args.opencode,
-        host=args.host,
-        port=args.port,
-        store_path=args.store,
-        wake=args.wake,
-        allowed_hosts=tuple(args.allowed_host),
-    )
-    return serve(options, token)
-
-
-def _opencode_url_problem(url: str) -> str | None:
-    """What is wrong with `url` as an OpenCode server's address, or None."""
-    import httpx
-
     try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError) as exc:
-        return f"--opencode {url!r} is not a URL: {exc}"
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        return f"--opencode {url!r} is not an http(s) URL with a host"
-    return None
+        return serve(settings, token)
+    except SettingsError as exc:
+        print(f"asyncagents serve: {exc}", file=sys.stderr)
+        return 2
 
 
-def _opencode_down(url: str) -> str | None:
+def _url_problem(url: str) -> str | None:
+    """What is wrong with `url` as a server's address, or None."""
+    from .opencode import service_url_problem
+
+    return service_url_problem(url)
+
+
+def _opencode_down(url: str, credentials: OpenCodeCredentials) -> str | None:
     """Why the OpenCode server does not answer its health check yet, or None when it does
     (only a warning: the service reconnects once it is up)."""
     import httpx
 
+    from .tasks.opencode import auth_refused
+
+    health = str(httpx.URL(url).join("/global/health"))
     try:
-        response = httpx.get(str(httpx.URL(url).join("/global/health")), timeout=3.0)
+        response = httpx.get(health, timeout=3.0, auth=credentials.auth())
     except httpx.HTTPError as exc:
         return (
             f"OpenCode at {url} does not answer yet ({type(exc).__name__}); tool calls fail "
             "until it does"
         )
+    if response.status_code in (401, 403):
+        return auth_refused(url.rstrip("/"), response.status_code, "GET", health, credentials)
     if response.status_code != 200:
         return f"{url}/global/health answered HTTP {response.status_code}"
     return None
@@ -190,7 +214,10 @@ def _opencode_install(args: argparse.Namespace) -> int:
         return 2
     print(f"Installed the asyncagents plugin: {done.plugin_path}")
     print(f"It calls the service at {args.service.rstrip('/')} (start it with `asyncagents serve`)")
-    print(f"@opencode-ai/plugin@{done.opencode_version} is in {done.plugin_path.parents[1]}")
+    print(
+        f"Pinned @opencode-ai/plugin@{done.opencode_version} in {done.plugin_path.parents[1]}: "
+        f"{done.version_source}"
+    )
     return 0
 
 
@@ -213,22 +240,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _fork(args)
 
 
+def _source_name(source: str | None) -> str:
+    if source is None:
+        return "the sample session shipped with the package"
+    return "standard input" if source == "-" else source
+
+
 def _fork(args: argparse.Namespace) -> int:
+    if args.json and (args.stats or args.full or args.output):
+        print("asyncagents: --json goes alone, without --stats, --full or -o", file=sys.stderr)
+        return 2
     try:
         data = _read(args.file)
     except OSError as exc:
         print(f"asyncagents: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    config = ForkConfig()
     try:
-        ctx = build_fork_context(data, engine=args.engine)
+        ctx = build_fork_context(data, config, engine=args.engine)
     except ForkInputError as exc:
         print(f"asyncagents: bad session input: {exc}", file=sys.stderr)
         return 2
-    stats = ctx.stats.model_dump(by_alias=True)
+    text = ctx.text + "\n" if ctx.text else ""
     if args.json:
+        stats = ctx.stats.model_dump(by_alias=True)
         out = json.dumps({"text": ctx.text, "stats": stats}, ensure_ascii=False) + "\n"
+    elif args.stats or args.full or args.output:
+        from .summary import fork_summary
+
+        out = fork_summary(ctx, _source_name(args.file), len(data), config)
+        if args.output is not None:
+            try:
+                args.output.write_bytes(text.encode("utf-8"))
+            except OSError as exc:
+                print(
+                    f"asyncagents: cannot write {args.output}: {exc.strerror or exc}",
+                    file=sys.stderr,
+                )
+                return 2
+            out += f"context: {len(ctx.text):,} characters written to {args.output}\n"
+        if args.full:
+            out += "\n" + text
+        elif args.output is None and ctx.text:
+            out += "context: not shown (--full prints it, -o FILE writes it to a file)\n"
     else:
-        out = ctx.text + "\n" if ctx.text else ""
+        out = text
     try:
         # UTF-8 whatever the locale: the text is for a model, not for a terminal's code page.
         sys.stdout.buffer.write(out.encode("utf-8"))
@@ -236,8 +292,6 @@ def _fork(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `asyncagents fork | head` is fine
         sys.stderr.close()
         return 0
-    if args.stats and not args.json:
-        print(json.dumps(stats), file=sys.stderr)
     return 0
 
 

@@ -110,6 +110,8 @@ class OpenCodeServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.model_url = model_url
         self.process: subprocess.Popen[bytes] | None = None
+        #: ``OPENCODE_SERVER_PASSWORD`` of the server (basic auth on every route), if any
+        self.password: str | None = None
 
     def config(self) -> dict[str, Any]:
         return {
@@ -157,6 +159,8 @@ class OpenCodeServer:
         # npm at a closed local port so nothing leaves 127.0.0.1 (the install fails at once
         # instead of holding the process open at shutdown)
         env.update(npm_config_registry=_NO_REGISTRY, npm_config_offline="true")
+        if self.password:
+            env["OPENCODE_SERVER_PASSWORD"] = self.password
         return env
 
     def start(self) -> OpenCodeServer:
@@ -193,7 +197,8 @@ class OpenCodeServer:
                     f"healthy; log:\n{self.log_tail()}"
                 )
             try:
-                response = httpx.get(f"{self.base_url}/global/health", timeout=2)
+                auth = ("opencode", self.password) if self.password else None
+                response = httpx.get(f"{self.base_url}/global/health", timeout=2, auth=auth)
                 if response.status_code == 200 and response.json().get("healthy") is True:
                     return
                 last = f"HTTP {response.status_code}: {response.text[:200]}"

@@ -25,7 +25,7 @@ from subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 OPENCODE_VERSION = "1.18.33"
-NOTICE = re.compile(r"\[asyncagents notice (ntc_[0-9a-f]+)\]\nBackground task (tsk_[0-9a-f]+)")
+NOTICE = re.compile(r"\[asyncagents notice (ntc_[0-9a-f]+)\]\nBackground task `(tsk_[0-9a-f]+)`")
 
 
 def call(tool: str, arguments: dict[str, Any]) -> str:
@@ -50,7 +50,15 @@ class PluginOpenCode(OpenCodeServer):
 class ServiceProcess:
     """``asyncagents serve`` as a subprocess over one OpenCode server."""
 
-    def __init__(self, root: Path, opencode_url: str, state: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        opencode_url: str,
+        state: Path,
+        *,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.root = root
@@ -58,10 +66,14 @@ class ServiceProcess:
         self.state = state
         self.log_path = root / "service.log"
         self.process: subprocess.Popen[bytes] | None = None
+        #: more environment variables, and more arguments of ``asyncagents serve``
+        self.extra_env = dict(env or {})
+        self.extra_args = args
 
     def start(self) -> ServiceProcess:
         env = {**os.environ, "PYTHONPATH": python_path(), "XDG_STATE_HOME": str(self.state)}
         env.pop("ASYNCAGENTS_TOKEN_FILE", None)
+        env.update(self.extra_env)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [
@@ -77,6 +89,7 @@ class ServiceProcess:
                     str(self.root / "tasks.sqlite3"),
                     "--wake",
                     "each",
+                    *self.extra_args,
                 ],
                 env=env,
                 stdout=log,
@@ -190,6 +203,6 @@ async def notices_of(oc: OpenCodeBackend, session_id: str) -> list[tuple[str, st
 
 
 def started_task_id(started: str) -> str:
-    match = re.match(r"Background task started: (tsk_[0-9a-f]+)", started)
+    match = re.match(r"Background task started: `(tsk_[0-9a-f]+)`", started)
     assert match, started
     return match.group(1)

@@ -46,7 +46,7 @@ async def test_fifty_concurrent_tasks_all_complete_once(
         mine = [t for i, t in enumerate(tasks) if i % PARENTS == p]
         assert len(notices) == len(mine)
         for task in mine:
-            (notice,) = [n for n in notices if f"Background task {task.id} completed" in n]
+            (notice,) = [n for n in notices if f"Background task `{task.id}` completed" in n]
             assert f"Result:\nReply to: {task.prompt}\n" in notice
     assert await manager.store.notices() == []
     assert elapsed < 120

@@ -67,7 +67,7 @@ async def test_output_of_a_running_task_and_a_timed_out_block(
         manager, parent, "asyncagents_output", {"task_id": task.id, "block": True, "timeout": 0.5}
     )
     assert text.startswith("Still running after waiting ")
-    assert f"Task {task.id} [running] {AGENT}: slow one" in text
+    assert f"Task `{task.id}` [running] {AGENT}: slow one" in text
     assert "1 tool call(s) so far (last: bash)" in text
     await manager.cancel(task.id)
 
@@ -112,7 +112,7 @@ async def test_cancel_of_a_completed_task_is_refused(manager: TaskManager, paren
     with pytest.raises(TaskNotRunningError, match="is completed"):
         await manager.cancel(task.id)
     text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": task.id})
-    assert text.startswith(f"Error: Task {task.id} is completed, not running")
+    assert text.startswith(f"Error: Task `{task.id}` is completed, not running")
 
 
 async def test_clear_removes_the_parents_tasks_and_aborts_running_ones(
@@ -168,12 +168,12 @@ async def test_list_is_newest_first_per_parent_with_marks_and_filter(
     text = await run_tool(manager, parent, "asyncagents_list", {})
     assert text.splitlines() == [
         "Background tasks (newest first):",
-        f"- {slow.id} [running] {AGENT}: newest",
-        f"- {forked.id} (forked) [completed] {AGENT}: forked",
-        f"- {plain.id} (resumed) [completed] {AGENT}: plain",
+        f"- `{slow.id}` [running] {AGENT}: newest",
+        f"- `{forked.id}` (forked) [completed] {AGENT}: forked",
+        f"- `{plain.id}` (resumed) [completed] {AGENT}: plain",
     ]
     running_only = await run_tool(manager, parent, "asyncagents_list", {"status": "running"})
-    assert running_only.splitlines()[1:] == [f"- {slow.id} [running] {AGENT}: newest"]
+    assert running_only.splitlines()[1:] == [f"- `{slow.id}` [running] {AGENT}: newest"]
     # another parent cannot read or cancel these
     with pytest.raises(TaskNotFoundError):
         await manager.output(plain.id, parent_session_id=other)
@@ -197,7 +197,7 @@ async def test_deleted_child_session_ends_the_task_in_error(
     await until(lambda: _idle(backend, task.session_id), what="deleted child's run stopped")
     await until(lambda: has_notices(backend, parent, 1), what="error notice")
     (notice,) = await notices_in(backend, parent)
-    assert f"Background task {task.id} failed: deleted child" in notice
+    assert f"Background task `{task.id}` failed: deleted child" in notice
 
 
 async def test_deleted_parent_session_clears_and_aborts_its_tasks(

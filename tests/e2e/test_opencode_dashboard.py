@@ -85,6 +85,6 @@ async def test_the_page_follows_tasks_an_agent_starts(
             # the agent sees the cancel too
             await say_to(oc, parent, call("asyncagents_output", {"task_id": slow}))
             output = (await tool_outputs(oc, parent, "asyncagents_output"))[-1]
-            assert output.startswith(f"Task {slow} [cancelled]"), output
+            assert output.startswith(f"Task `{slow}` [cancelled]"), output
         finally:
             await browser.close()

@@ -140,7 +140,7 @@ async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
     reply = await say_to(oc, parent, f"{WAKE_TAG} delegate this {launch}")
     (started,) = await tool_outputs(oc, parent, "asyncagents_task")
     task_id = started_task_id(started)
-    assert started.startswith(f"Background task started: {task_id} (forked)\nAgent: build\n")
+    assert started.startswith(f"Background task started: `{task_id}` (forked)\nAgent: build\n")
     assert any(
         p.get("text", "").startswith("Tool results:\nBackground task started: ")
         for p in reply["parts"]
@@ -159,7 +159,7 @@ async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
     await until(answered, timeout=120, what="the woken parent's answer")
     (read,) = await tool_outputs(oc, parent, "asyncagents_output")
     assert (
-        read == f"Task {task_id} (forked) [completed] build: forked look\n\nResult:\ncontext-seen"
+        read == f"Task `{task_id}` (forked) [completed] build: forked look\n\nResult:\ncontext-seen"
     )
     assert [t for _, t in await notices_of(oc, parent)] == [task_id]
     # the parent's model was offered the plugin's tools, the child's was not (tools: false)
@@ -198,17 +198,17 @@ async def test_list_cancel_and_clear_through_the_plugin(
     task_id = started_task_id(started)
     await say_to(oc, parent, call("asyncagents_list", {}))
     assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == (
-        f"Background tasks (newest first):\n- {task_id} [running] build: slow one"
+        f"Background tasks (newest first):\n- `{task_id}` [running] build: slow one"
     )
     await say_to(oc, parent, call("asyncagents_list", {"status": "completed"}))
     assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == "No background tasks found"
     await say_to(oc, parent, call("asyncagents_cancel", {"task_id": task_id}))
     assert (await tool_outputs(oc, parent, "asyncagents_cancel"))[-1] == (
-        f"Cancelled background task {task_id}: slow one"
+        f"Cancelled background task `{task_id}`: slow one"
     )
     await say_to(oc, parent, call("asyncagents_output", {"task_id": task_id, "block": "false"}))
     assert (await tool_outputs(oc, parent, "asyncagents_output"))[-1] == (
-        f"Task {task_id} [cancelled] build: slow one\n\nThe task was cancelled: cancelled by the "
+        f"Task `{task_id}` [cancelled] build: slow one\n\nThe task was cancelled: cancelled by the "
         "parent"
     )
     await say_to(
@@ -216,7 +216,7 @@ async def test_list_cancel_and_clear_through_the_plugin(
     )
     full = (await tool_outputs(oc, parent, "asyncagents_output"))[-1]
     head, conversation = full.split("\n\nConversation (", 1)
-    assert head.startswith(f"Task {task_id} [cancelled] build: slow one")
+    assert head.startswith(f"Task `{task_id}` [cancelled] build: slow one")
     assert re.search(r"^\[msg_\w+\] user\n\[fake:slow\] take your time$", conversation, re.M)
     assert "[error] MessageAbortedError" in conversation
     await say_to(oc, parent, call("asyncagents_clear", {}))

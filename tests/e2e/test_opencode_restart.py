@@ -65,7 +65,7 @@ async def test_restart_on_the_same_store_picks_the_task_up(
                 await asyncio.sleep(1.5)
                 notices = await notices_in(backend, parent)
                 assert len(notices) == 2
-                assert sum(f"Background task {task.id} completed" in n for n in notices) == 1
+                assert sum(f"Background task `{task.id}` completed" in n for n in notices) == 1
                 assert sum("answered your follow-up" in n for n in notices) == 1
         finally:
             await store.close()
@@ -120,7 +120,7 @@ async def test_a_pending_notice_survives_the_restart_and_arrives_once(
                 await until(lambda: has_notices(backend, parent, 1), what="notice delivered")
                 await asyncio.sleep(1.5)
                 (notice,) = await notices_in(backend, parent)
-                assert f"Background task {task.id} completed: notice pending" in notice
+                assert f"Background task `{task.id}` completed: notice pending" in notice
                 assert await second.store.notices() == []
         finally:
             await store.close()
@@ -191,7 +191,7 @@ async def test_a_run_lost_in_a_server_restart_ends_in_error(
             assert out.task.progress.steps == 1
             await until(lambda: has_notices(backend, parent, 2), what="error notice")
             notices = await notices_in(backend, parent)
-            assert f"Background task {lost.id} failed: lost" in notices[1]
+            assert f"Background task `{lost.id}` failed: lost" in notices[1]
 
 
 async def _answering(backend: OpenCodeBackend, session_id: str) -> bool:

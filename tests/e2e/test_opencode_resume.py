@@ -49,8 +49,8 @@ async def test_resume_continues_the_child_and_tells_the_parent_once(
     await asyncio.sleep(1.5)  # a notice pass later: still exactly two
     notices = await notices_in(backend, parent)
     assert len(notices) == 2
-    assert f"Background task {task.id} completed: resumable" in notices[0]
-    assert f"Background task {task.id} (resumed) answered your follow-up" in notices[1]
+    assert f"Background task `{task.id}` completed: resumable" in notices[0]
+    assert f"Background task `{task.id}` (resumed) answered your follow-up" in notices[1]
     assert f"Full response:\nReply to: {follow}\n" in notices[1]
 
     # the child session holds both turns, in order
@@ -63,7 +63,7 @@ async def test_resume_continues_the_child_and_tells_the_parent_once(
         f"Reply to: {follow}",
     ]
     listing = await run_tool(manager, parent, "asyncagents_list", {})
-    assert f"- {task.id} (resumed) [completed] {AGENT}: resumable" in listing
+    assert f"- `{task.id}` (resumed) [completed] {AGENT}: resumable" in listing
 
 
 async def test_resume_rejections(manager: TaskManager, parent: str) -> None:
@@ -77,7 +77,7 @@ async def test_resume_rejections(manager: TaskManager, parent: str) -> None:
     text = await run_tool(
         manager, parent, "asyncagents_task", {"prompt": "more", "resume": running.id}
     )
-    assert text.startswith(f"Error: Only completed tasks can be resumed; task {running.id}")
+    assert text.startswith(f"Error: Only completed tasks can be resumed; task `{running.id}`")
     out = await manager.output(running.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.COMPLETED
 
@@ -91,7 +91,7 @@ async def test_resume_of_a_deleted_child_session_is_refused(
     )
     assert task.session_id is not None
     await backend.delete_session(task.session_id)
-    with pytest.raises(SessionExpiredError, match=f"its session {task.session_id} no longer"):
+    with pytest.raises(SessionExpiredError, match=f"its session `{task.session_id}` no longer"):
         await manager.task(parent, "more", "", "", resume=task.id)
     # the refusal changed nothing: the task is still completed with its result
     out = await manager.output(task.id)

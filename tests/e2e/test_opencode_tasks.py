@@ -33,7 +33,7 @@ async def test_launch_returns_at_once_then_completes(
     assert out.task.error is None
     await until(lambda: has_notices(backend, parent, 1), what="completion notice")
     (notice,) = await notices_in(backend, parent)
-    assert f"Background task {task.id} completed: delayed reply" in notice
+    assert f"Background task `{task.id}` completed: delayed reply" in notice
     assert f"Result:\nReply to: {prompt}\n" in notice
 
 
@@ -59,7 +59,7 @@ async def test_provider_error_ends_in_error_and_tells_the_parent(
     assert out.task.error.startswith("APIError: ")
     await until(lambda: has_notices(backend, parent, 1), what="error notice")
     (notice,) = await notices_in(backend, parent)
-    assert f"Background task {task.id} failed: will fail" in notice
+    assert f"Background task `{task.id}` failed: will fail" in notice
     assert FAIL_MESSAGE in notice
 
 

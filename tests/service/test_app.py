@@ -39,13 +39,13 @@ async def test_launch_through_the_route_then_read_it(
     )
     assert response.status_code == 200
     (task,) = await manager.list(parent)
-    assert response.json()["text"].startswith(f"Background task started: {task.id}\n")
+    assert response.json()["text"].startswith(f"Background task started: `{task.id}`\n")
     response = await client.post(
         "/v1/tools/asyncagents_output",
         json={"session_id": parent, "arguments": {"task_id": task.id, "block": "true"}},
     )
     assert response.json()["text"] == (
-        f"Task {task.id} [completed] build: a job\n\nResult:\nReply to: do it"
+        f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it"
     )
 
 
@@ -150,7 +150,7 @@ async def test_drain_answers_calls_in_flight_and_refuses_new_ones(
         begin_drain(app)
         answer = await asyncio.wait_for(waiting, 5)
         assert answer.status_code == 200
-        assert answer.json()["text"].startswith(f"Task {task.id} [running] build: held\n")
+        assert answer.json()["text"].startswith(f"Task `{task.id}` [running] build: held\n")
         refused = await http.post(
             "/v1/tools/asyncagents_list", json={"session_id": parent, "arguments": {}}
         )

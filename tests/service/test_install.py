@@ -183,7 +183,101 @@ def test_the_command_line(tmp_path: Path, fake_npm: Path) -> None:
     assert done.stdout == (
         f"Installed the asyncagents plugin: {plugin}\n"
         "It calls the service at http://127.0.0.1:4097 (start it with `asyncagents serve`)\n"
-        f"@opencode-ai/plugin@1.18.33 is in {tmp_path / '.opencode'}\n"
+        f"Pinned @opencode-ai/plugin@1.18.33 in {tmp_path / '.opencode'}: the version given "
+        "with --opencode-version\n"
     )
     config = _config(plugin.read_text())
     assert config["tokenFile"] == str(tmp_path / "state" / "asyncagents" / "token")
+
+
+def _fake_opencode(path: Path, version: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho {version}\n")
+    path.chmod(0o755)
+    return path
+
+
+def _install_cli(
+    tmp_path: Path, fake_npm: Path, *argv: str, path: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": python_path(),
+        "PATH": path,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    env.pop("ASYNCAGENTS_TOKEN_FILE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "asyncagents", "opencode", "install", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd or tmp_path,
+    )
+
+
+def test_the_opencode_version_is_found_and_the_pin_explained(
+    tmp_path: Path, fake_npm: Path
+) -> None:
+    # no opencode anywhere: the tested version, said so
+    bare = f"{fake_npm.parent}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    project = tmp_path / "p1"
+    project.mkdir()
+    done = _install_cli(tmp_path, fake_npm, str(project), path=bare)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == (
+        f"Pinned @opencode-ai/plugin@1.18.33 in {project / '.opencode'}: no opencode found on "
+        "PATH or under .opencode-bin/, so the version asyncagents was tested with; run again "
+        "with --opencode-version X.Y.Z if yours differs"
+    )
+    # the one scripts/opencode/install.sh puts under the project's .opencode-bin/
+    project = tmp_path / "p2"
+    local = _fake_opencode(
+        project / ".opencode-bin" / "node_modules" / ".bin" / "opencode", "1.19.2"
+    )
+    done = _install_cli(tmp_path, fake_npm, str(project), path=bare)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == (
+        f"Pinned @opencode-ai/plugin@1.19.2 in {project / '.opencode'}: the version of {local}"
+    )
+    # opencode on PATH comes first
+    on_path = _fake_opencode(tmp_path / "opencode-bin" / "opencode", "1.20.0")
+    done = _install_cli(
+        tmp_path, fake_npm, str(project), path=f"{on_path.parent}{os.pathsep}{bare}"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == (
+        f"Pinned @opencode-ai/plugin@1.20.0 in {project / '.opencode'}: the version of "
+        f"{on_path} (opencode on PATH)"
+    )
+    assert (
+        (tmp_path / "npm.log").read_text().splitlines()[-1].endswith("@opencode-ai/plugin@1.20.0")
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--service", "notaurl"],
+            "--service 'notaurl' is not an http(s) URL with a host",
+        ),
+        (
+            ["--service", "ftp://127.0.0.1:4097"],
+            "--service 'ftp://127.0.0.1:4097' is not an http(s) URL with a host",
+        ),
+        (
+            ["--opencode-version", "latest"],
+            "--opencode-version 'latest' is not a version number like 1.18.33",
+        ),
+    ],
+)
+def test_a_bad_service_url_or_version_is_refused(
+    tmp_path: Path, fake_npm: Path, argv: list[str], message: str
+) -> None:
+    done = _install_cli(tmp_path, fake_npm, str(tmp_path), *argv, path=os.environ["PATH"])
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"asyncagents opencode install: {message}\n"
+    assert not (tmp_path / ".opencode").exists()
+    assert not (tmp_path / "npm.log").exists()

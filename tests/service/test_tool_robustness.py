@@ -61,7 +61,7 @@ async def test_timeout_none_and_numeric_strings_are_read(manager: TaskManager, p
         text = await run_tool(
             manager, parent, OUTPUT, {"task_id": task.id, "timeout": value, "block": False}
         )
-        assert text.startswith(f"Task {task.id} [running] build: held\n"), value
+        assert text.startswith(f"Task `{task.id}` [running] build: held\n"), value
     text = await run_tool(
         manager, parent, OUTPUT, {"task_id": task.id, "timeout": " 0.2 ", "block": "TRUE"}
     )
@@ -78,7 +78,7 @@ async def test_arguments_as_a_json_string(manager: TaskManager, parent: str) -> 
     assert text.startswith("Background task started: ")
     (task,) = await manager.list(parent)
     assert await run_tool(manager, parent, "asyncagents_list", "") == (
-        f"Background tasks (newest first):\n- {task.id} [{task.status.value}] build: d"
+        f"Background tasks (newest first):\n- `{task.id}` [{task.status.value}] build: d"
     )
     assert await run_tool(manager, parent, TASK, "[1, 2]") == (
         "Error: the arguments of asyncagents_task must be a JSON object of named arguments, "
@@ -188,7 +188,7 @@ async def test_block_false_as_a_string_does_not_block(manager: TaskManager, pare
     begin = loop.time()
     text = await run_tool(manager, parent, OUTPUT, {"task_id": task.id, "block": "false"})
     assert loop.time() - begin < 5
-    assert text.startswith(f"Task {task.id} [running]")
+    assert text.startswith(f"Task `{task.id}` [running]")
     assert "Still running after waiting" not in text
 
 
@@ -218,7 +218,7 @@ async def test_an_interrupted_blocking_output_answers_the_status_at_once(
     assert not call.done()
     stop.set()
     text = await asyncio.wait_for(call, 5)
-    assert text.startswith(f"Task {task.id} [running] build: held\n")
+    assert text.startswith(f"Task `{task.id}` [running] build: held\n")
     current = await manager.output(task.id)
     assert current.task.status is TaskStatus.RUNNING
 

@@ -19,7 +19,7 @@ AGENT = "build"
 
 
 def _wait(task_id: str) -> str:
-    return f'To wait for it now, call asyncagents_output(task_id="{task_id}", block=true).'
+    return f'To wait for it now, call `asyncagents_output(task_id="{task_id}", block=true)`.'
 
 
 async def _launch(manager: TaskManager, parent: str, prompt: str, **extra: object) -> Task:
@@ -30,12 +30,12 @@ async def _launch(manager: TaskManager, parent: str, prompt: str, **extra: objec
         {"prompt": prompt, "agent": AGENT, "description": "a job", **extra},
     )
     task = (await manager.list(parent))[0]
-    label = task.id + (" (forked)" if task.is_forked else "")
+    label = f"`{task.id}`" + (" (forked)" if task.is_forked else "")
     assert text == (
         f"Background task started: {label}\nAgent: build\nDescription: a job\nStatus: running\n"
         "You will get a notice in this session when it completes or fails; continue with other "
-        f'work meanwhile. To wait for it now, call asyncagents_output(task_id="{task.id}", '
-        "block=true)."
+        f'work meanwhile. To wait for it now, call `asyncagents_output(task_id="{task.id}", '
+        "block=true)`."
     )
     return task
 
@@ -57,7 +57,7 @@ async def test_resume_accepted_text(manager: TaskManager, parent: str) -> None:
         manager, parent, "asyncagents_task", {"prompt": "[hold] more", "resume": task.id}
     )
     assert text == (
-        f"Follow-up sent to background task {task.id} (resumed) (build): a job\n"
+        f"Follow-up sent to background task `{task.id}` (resumed) (build): a job\n"
         "Status: resumed. You will get a notice with its full response when it answers. "
         + _wait(task.id)
     )
@@ -68,7 +68,7 @@ async def test_output_completed_text(manager: TaskManager, parent: str) -> None:
     text = await run_tool(
         manager, parent, "asyncagents_output", {"task_id": task.id, "block": True}
     )
-    assert text == f"Task {task.id} [completed] build: a job\n\nResult:\nReply to: do it"
+    assert text == f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it"
 
 
 async def test_output_error_text(manager: TaskManager, parent: str) -> None:
@@ -77,7 +77,7 @@ async def test_output_error_text(manager: TaskManager, parent: str) -> None:
         manager, parent, "asyncagents_output", {"task_id": task.id, "block": True}
     )
     assert text == (
-        f"Task {task.id} [error] build: a job\n\n"
+        f"Task `{task.id}` [error] build: a job\n\n"
         "Error: APIError: Invalid request: rejected by the provider\n"
         "Start a new asyncagents_task to try again."
     )
@@ -86,15 +86,15 @@ async def test_output_error_text(manager: TaskManager, parent: str) -> None:
 async def test_cancel_and_output_cancelled_texts(manager: TaskManager, parent: str) -> None:
     task = await _launch(manager, parent, "[hold] do it")
     text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": task.id})
-    assert text == f"Cancelled background task {task.id}: a job"
+    assert text == f"Cancelled background task `{task.id}`: a job"
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
     assert text == (
-        f"Task {task.id} [cancelled] build: a job\n\nThe task was cancelled: cancelled by the "
+        f"Task `{task.id}` [cancelled] build: a job\n\nThe task was cancelled: cancelled by the "
         "parent"
     )
     text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": task.id})
     assert text == (
-        f"Error: Task {task.id} is cancelled, not running; there is nothing to cancel. Use "
+        f"Error: Task `{task.id}` is cancelled, not running; there is nothing to cancel. Use "
         "asyncagents_output to read it or asyncagents_clear to remove your tasks."
     )
 
@@ -117,7 +117,7 @@ def test_output_running_texts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tools_module, "now_ms", lambda: 1_042_000)
     idle = OutputResult(task=_running(TaskProgress()))
     assert tools_module.format_output(idle) == (
-        "Task tsk_1 [running] build: a job\n"
+        "Task `tsk_1` [running] build: a job\n"
         "Running for 42s; 0 tool call(s) so far; last activity unknown.\n"
         "It is still working: continue with other work (you will get a notice), or call "
         "asyncagents_output again with block=true to wait."
@@ -126,7 +126,7 @@ def test_output_running_texts(monkeypatch: pytest.MonkeyPatch) -> None:
     waited = OutputResult(task=_running(busy), timed_out=True, waited_seconds=5.2)
     assert tools_module.format_output(waited) == (
         "Still running after waiting 5s.\n"
-        "Task tsk_1 [running] build: a job\n"
+        "Task `tsk_1` [running] build: a job\n"
         "Running for 42s; 3 tool call(s) so far (last: bash); last activity 2s ago.\n"
         "It is still working: continue with other work (you will get a notice), or call "
         "asyncagents_output again with block=true to wait."
@@ -139,7 +139,7 @@ async def test_output_running_through_the_tool(
     task = await _launch(manager, parent, "[hold] do it")
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
     lines = text.splitlines()
-    assert lines[0] == f"Task {task.id} [running] build: a job"
+    assert lines[0] == f"Task `{task.id}` [running] build: a job"
     assert re.fullmatch(
         r"Running for \d+s; 0 tool call\(s\) so far; last activity (unknown|\d+s ago)\.", lines[1]
     ), lines[1]
@@ -156,12 +156,12 @@ async def test_list_texts_with_marks(manager: TaskManager, parent: str) -> None:
     text = await run_tool(manager, parent, "asyncagents_list", {})
     assert text == (
         "Background tasks (newest first):\n"
-        f"- {forked.id} (forked) [running] build: a job\n"
-        f"- {plain.id} (resumed) [completed] build: a job"
+        f"- `{forked.id}` (forked) [running] build: a job\n"
+        f"- `{plain.id}` (resumed) [completed] build: a job"
     )
     text = await run_tool(manager, parent, "asyncagents_list", {"status": "COMPLETED"})
     assert text == (
-        f"Background tasks (newest first):\n- {plain.id} (resumed) [completed] build: a job"
+        f"Background tasks (newest first):\n- `{plain.id}` (resumed) [completed] build: a job"
     )
     text = await run_tool(manager, parent, "asyncagents_list", {"status": "error"})
     assert text == "No background tasks found"
@@ -187,7 +187,7 @@ async def test_unknown_tool_text(manager: TaskManager, parent: str) -> None:
 async def test_unknown_task_text(manager: TaskManager, parent: str) -> None:
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": "tsk_nope"})
     assert text == (
-        "Error: No background task with id 'tsk_nope'. Call asyncagents_list to see the ids of "
+        "Error: No background task with id `tsk_nope`. Call asyncagents_list to see the ids of "
         "your tasks; cleared tasks are gone."
     )
 
@@ -246,16 +246,18 @@ async def test_a_unique_prefix_of_a_task_id_works(manager: TaskManager, parent: 
     task = await _launch(manager, parent, "do it")
     await manager.output(task.id, block=True, timeout=10)
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id[:12]})
-    assert text == f"Task {task.id} [completed] build: a job\n\nResult:\nReply to: do it"
+    assert text == f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it"
 
 
 async def test_an_ambiguous_prefix_text(manager: TaskManager, parent: str) -> None:
     first = await _launch(manager, parent, "one")
     second = await _launch(manager, parent, "two")
     text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": "tsk_"})
-    assert text.startswith("Error: Task id 'tsk_' is ambiguous; it matches several tasks: ")
-    assert text.endswith(". Give more characters of the id.")
-    assert first.id in text and second.id in text
+    first_id, second_id = sorted((first.id, second.id))
+    assert text == (
+        "Error: Task id `tsk_` is ambiguous; it matches several tasks: "
+        f"`{first_id}`, `{second_id}`. Give more characters of the id."
+    )
 
 
 async def test_failed_and_cancelled_follow_up_texts(manager: TaskManager, parent: str) -> None:
@@ -268,7 +270,7 @@ async def test_failed_and_cancelled_follow_up_texts(manager: TaskManager, parent
         manager, parent, "asyncagents_output", {"task_id": task.id, "block": True}
     )
     assert text == (
-        f"Task {task.id} (resumed) [completed] build: a job\n\nResult:\nReply to: first\n\n"
+        f"Task `{task.id}` (resumed) [completed] build: a job\n\nResult:\nReply to: first\n\n"
         "The last follow-up did not answer: APIError: Invalid request: rejected by the provider\n"
         "The result above is from before it; the task can be resumed again."
     )
@@ -277,7 +279,7 @@ async def test_failed_and_cancelled_follow_up_texts(manager: TaskManager, parent
     )
     text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": task.id})
     assert text == (
-        f"Cancelled the follow-up of background task {task.id} (resumed): a job\n"
+        f"Cancelled the follow-up of background task `{task.id}` (resumed): a job\n"
         "It is completed again with its previous result."
     )
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})

@@ -122,7 +122,7 @@ async def test_a_prompt_that_arrived_before_a_crash_is_not_sent_again(
         agent="build",
         description="crashed",
         prompt_message_id=message_id_after(None, session["time"]["created"], "c0"),
-        backend="inprocess",
+        backend=backend.name,
         owner="mgr_dead",  # holds no lease
     )
     await store.open()

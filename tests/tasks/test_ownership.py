@@ -103,7 +103,7 @@ async def test_two_managers_of_one_backend_deliver_every_notice_once(tmp_path: P
     received = [n for p in parents for n in await notices_in(backend, p)]
     assert len(received) == 60
     for task in tasks:
-        assert sum(f"Background task {task.id} completed" in n for n in received) == 1
+        assert sum(f"Background task `{task.id}` completed" in n for n in received) == 1
 
 
 async def test_a_dead_owners_tasks_are_taken_over_and_finished(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ async def test_2000_concurrent_tasks_lose_nothing_and_double_nothing(tmp_path: P
     notified: Counter[str] = Counter()
     for parent in parents:
         for notice in await notices_in(backend, parent):
-            notified.update(t.id for t in tasks if f"Background task {t.id} " in notice)
+            notified.update(t.id for t in tasks if f"Background task `{t.id}` " in notice)
     assert len(notified) == TASKS and set(notified.values()) == {1}
     await store.close()
 

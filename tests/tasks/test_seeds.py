@@ -42,11 +42,11 @@ async def test_a_failed_follow_up_returns_the_task_to_completed(
     notice = (await notices_in(backend, parent))[1]
     tag = notice.splitlines()[0]
     assert notice == (
-        f"{tag}\nBackground task {task.id} (resumed) could not answer your follow-up: "
+        f"{tag}\nBackground task `{task.id}` (resumed) could not answer your follow-up: "
         "follow-ups\nError: APIError: Invalid request: rejected by the provider\n"
         "The task is completed again and keeps its previous result. Read it again with "
-        f'asyncagents_output(task_id="{task.id}"). Resume it with '
-        f'asyncagents_task(resume="{task.id}", prompt=...).\n\n'
+        f'`asyncagents_output(task_id="{task.id}")`. Resume it with '
+        f'`asyncagents_task(resume="{task.id}", prompt=...)`.\n\n'
         "You have no background tasks still running."
     )
     # and it can be resumed again
@@ -96,9 +96,9 @@ async def test_task_ids_may_be_a_unique_prefix(manager: TaskManager, parent: str
     await manager.output(first.id, block=True, timeout=5)
     with pytest.raises(AmbiguousTaskIdError) as err:
         await manager.output(common)
-    ids = ", ".join(sorted([first.id, second.id]))
+    ids = ", ".join(f"`{task_id}`" for task_id in sorted([first.id, second.id]))
     assert str(err.value) == (
-        f"Task id {common!r} is ambiguous; it matches several tasks: {ids}. "
+        f"Task id `{common}` is ambiguous; it matches several tasks: {ids}. "
         "Give more characters of the id."
     )
     with pytest.raises(TaskNotFoundError):

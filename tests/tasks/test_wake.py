@@ -78,30 +78,30 @@ def _task(**kw: object) -> Task:
 def test_notice_texts_are_exact() -> None:
     done = _task(status=TaskStatus.COMPLETED, result="All good.")
     assert format_notice("ntc_1", done, NoticeKind.COMPLETED) == (
-        "[asyncagents notice ntc_1]\nBackground task tsk_1 completed: look around\n"
-        'Result:\nAll good.\n\nRead it again with asyncagents_output(task_id="tsk_1"). '
-        'Continue it with asyncagents_task(resume="tsk_1", prompt=...).'
+        "[asyncagents notice ntc_1]\nBackground task `tsk_1` completed: look around\n"
+        'Result:\nAll good.\n\nRead it again with `asyncagents_output(task_id="tsk_1")`. '
+        'Continue it with `asyncagents_task(resume="tsk_1", prompt=...)`.'
     )
     failed = _task(status=TaskStatus.ERROR, error="APIError: boom", is_forked=True)
     assert format_notice("ntc_2", failed, NoticeKind.ERROR) == (
-        "[asyncagents notice ntc_2]\nBackground task tsk_1 (forked) failed: look around\n"
-        'Error: APIError: boom\nRead it again with asyncagents_output(task_id="tsk_1"). '
+        "[asyncagents notice ntc_2]\nBackground task `tsk_1` (forked) failed: look around\n"
+        'Error: APIError: boom\nRead it again with `asyncagents_output(task_id="tsk_1")`. '
         "Start a new asyncagents_task to try again."
     )
     answered = _task(status=TaskStatus.COMPLETED, result="More.", resume_count=1)
     assert format_notice("ntc_3", answered, NoticeKind.RESUME_COMPLETED) == (
-        "[asyncagents notice ntc_3]\nBackground task tsk_1 (resumed) answered your follow-up: "
+        "[asyncagents notice ntc_3]\nBackground task `tsk_1` (resumed) answered your follow-up: "
         "look around\nFull response:\nMore.\n\n"
-        'Read it again with asyncagents_output(task_id="tsk_1").'
+        'Read it again with `asyncagents_output(task_id="tsk_1")`.'
     )
     followup_failed = _task(
         status=TaskStatus.COMPLETED, result="Old.", resume_count=1, error="APIError: boom"
     )
     assert format_notice("ntc_4", followup_failed, NoticeKind.RESUME_FAILED) == (
-        "[asyncagents notice ntc_4]\nBackground task tsk_1 (resumed) could not answer your "
+        "[asyncagents notice ntc_4]\nBackground task `tsk_1` (resumed) could not answer your "
         "follow-up: look around\nError: APIError: boom\nThe task is completed again and keeps "
-        'its previous result. Read it again with asyncagents_output(task_id="tsk_1"). Resume it '
-        'with asyncagents_task(resume="tsk_1", prompt=...).'
+        'its previous result. Read it again with `asyncagents_output(task_id="tsk_1")`. Resume it '
+        'with `asyncagents_task(resume="tsk_1", prompt=...)`.'
     )
 
 
@@ -127,7 +127,7 @@ async def test_each_wakes_the_parent_with_its_own_agent_and_model(
     assert "noReply" not in body
     (notice,) = await notices_in(backend, parent)
     assert notice.endswith("\n\nYou have no background tasks still running.")
-    assert f"Background task {task.id} completed: one\nResult:\nReply to: child job\n" in notice
+    assert f"Background task `{task.id}` completed: one\nResult:\nReply to: child job\n" in notice
     # the parent's agent answered the wake prompt
     await until(lambda: sum(t.session_id == parent for t in script.seen) == 2, what="answer")
     await asyncio.sleep(0.3)
@@ -148,7 +148,7 @@ async def test_notices_wait_while_the_parent_is_busy_then_come_in_one_prompt(
     script.release.set()
     await until(lambda: len(_bodies(backend, parent)) == 2, what="one wake prompt")
     wake = _text(_bodies(backend, parent)[1])
-    assert all(f"Background task {t.id} completed" in wake for t in tasks)
+    assert all(f"Background task `{t.id}` completed" in wake for t in tasks)
     assert wake.count("[asyncagents notice ") == 3
     assert wake.endswith("\n\nYou have no background tasks still running.")
     await asyncio.sleep(0.5)

@@ -5,8 +5,10 @@ from .install import (
     OPENCODE_VERSION,
     Installed,
     InstallError,
+    find_opencode_version,
     install_plugin,
     plugin_source,
+    service_url_problem,
 )
 
 __all__ = [
@@ -14,6 +16,8 @@ __all__ = [
     "OPENCODE_VERSION",
     "InstallError",
     "Installed",
+    "find_opencode_version",
     "install_plugin",
     "plugin_source",
+    "service_url_problem",
 ]

@@ -38,6 +38,7 @@ CALL_TIMEOUT_MS = 30_000
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 NPM_TIMEOUT_SECONDS = 600.0
 
+_VERSION = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?")
 _CONFIG_SLOT = re.compile(r"/\* asyncagents-config \*/ .*? /\* end \*/", re.S)
 
 
@@ -53,6 +54,21 @@ class Installed:
     opencode_version: str
     #: False when the pinned package was already in place
     ran_npm: bool
+    #: why `opencode_version` was pinned, in words (which OpenCode it was read from)
+    version_source: str = "the version asked for"
+
+
+def service_url_problem(url: str) -> str | None:
+    """What is wrong with `url` as an http(s) server address, or None."""
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        return f"{url!r} is not a URL: {exc}"
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return f"{url!r} is not an http(s) URL with a host"
+    return None
 
 
 def plugin_source(service_url: str, token_file: Path) -> str:
@@ -86,6 +102,37 @@ def detect_opencode_version(binary: str | None = None) -> str | None:
         return None
     match = re.search(r"\b(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)\b", done.stdout)
     return match.group(1) if match else None
+
+
+def find_opencode_version(project: Path, asked: str | None = None) -> tuple[str, str]:
+    """The OpenCode version to pin the plugin package to, and why, in words.
+
+    In order: `asked` (``--opencode-version``), ``opencode`` on PATH, the one that
+    ``scripts/opencode/install.sh`` puts under ``.opencode-bin/`` (in `project`, then in the
+    current directory), else `OPENCODE_VERSION`, the version the plugin was tested with.
+    Raises `InstallError` for an `asked` that is not a version number.
+    """
+    if asked is not None:
+        if not _VERSION.fullmatch(asked):
+            raise InstallError(
+                f"--opencode-version {asked!r} is not a version number like {OPENCODE_VERSION}"
+            )
+        return asked, "the version given with --opencode-version"
+    on_path = shutil.which("opencode")
+    if on_path:
+        found = detect_opencode_version(on_path)
+        if found:
+            return found, f"the version of {on_path} (opencode on PATH)"
+    for base in dict.fromkeys((project, Path.cwd())):
+        binary = base / ".opencode-bin" / "node_modules" / ".bin" / "opencode"
+        if binary.exists():
+            found = detect_opencode_version(str(binary))
+            if found:
+                return found, f"the version of {binary}"
+    return OPENCODE_VERSION, (
+        "no opencode found on PATH or under .opencode-bin/, so the version asyncagents was "
+        "tested with; run again with --opencode-version X.Y.Z if yours differs"
+    )
 
 
 def _installed_version(config_dir: Path) -> str | None:
@@ -148,12 +195,15 @@ def install_plugin(
 ) -> Installed:
     """Write the plugin into ``project/.opencode/plugins/`` and put its package in place.
 
-    `opencode_version` pins ``@opencode-ai/plugin`` (default: the version of ``opencode`` on
-    PATH, else `OPENCODE_VERSION`). Raises `InstallError`.
+    `opencode_version` pins ``@opencode-ai/plugin`` (default: as `find_opencode_version`
+    finds it). Raises `InstallError`, also for a `service_url` that is not an http(s) URL.
     """
+    problem = service_url_problem(service_url)
+    if problem is not None:
+        raise InstallError(f"--service {problem}")
     if not project.is_dir():
         raise InstallError(f"{project} is not a directory")
-    version = opencode_version or detect_opencode_version() or OPENCODE_VERSION
+    version, why = find_opencode_version(project, opencode_version)
     config_dir = project / ".opencode"
     plugins = config_dir / "plugins"
     try:
@@ -185,4 +235,6 @@ def install_plugin(
         os.replace(tmp, target)
     except OSError as exc:
         raise InstallError(f"cannot write {target}: {exc}") from exc
-    return Installed(plugin_path=target, opencode_version=version, ran_npm=ran_npm)
+    return Installed(
+        plugin_path=target, opencode_version=version, ran_npm=ran_npm, version_source=why
+    )

@@ -1,4 +1,5 @@
-// asyncagents: background sub-agent tasks for OpenCode (https://pypi.org/project/asyncagents).
+// asyncagents: background sub-agent tasks for OpenCode (the Python package asyncagents,
+// installed from a clone of its repository or from a wheel its CI builds).
 // Written by `asyncagents opencode install`; run it again to change the settings below.
 // Each tool forwards the call (with the calling session's id and agent) to the asyncagents
 // service (`asyncagents serve`) and returns its text. The service validates the arguments.
@@ -149,20 +150,62 @@ async function call(name, input, context) {
 // The plugin follows the service's event stream (GET /v1/events, the dashboard's), from the
 // first tool call on, and resumes it with Last-Event-ID after a drop. Only tasks of sessions
 // that called a tool through this OpenCode process are shown. Failures here never reach a tool.
+//
+// Each ended turn of a task (its id and turn) gets one toast, whichever way the plugin learns of
+// it: a live event, the backlog the service replays after Last-Event-ID, or the `snapshot` it
+// sends instead when it cannot replay (a restarted service). From a snapshot, a task is toasted
+// when it ended since the plugin last saw it running, or when the plugin never saw it and it
+// changed after the previous snapshot. A tool call while the stream is down reconnects it at
+// once (the service answered, so it is up).
 const TOAST_KINDS = {
   "task.completed": ["success", "completed"],
   "task.error": ["error", "failed"],
   "task.cancelled": ["warning", "was cancelled"],
 }
+const STATUS_KINDS = { completed: "task.completed", error: "task.error", cancelled: "task.cancelled" }
+const ACTIVE = new Set(["running", "resumed"])
 const TOAST_MAX_EVENT_BYTES = 8 * 1024 * 1024
-const toast = { client: null, sessions: new Set(), following: false, lastId: null }
+/** how many tasks the plugin remembers (the oldest are forgotten first) */
+const TOAST_MEMORY = 10000
+const toast = {
+  client: null,
+  sessions: new Set(),
+  following: false,
+  lastId: null,
+  connected: false,
+  /** ends the wait before the next reconnect (set while waiting) */
+  wake: null,
+  /** the service's time (ms) of the last snapshot (at first: when the plugin began to
+   * watch): every task stored before it was seen; one changed after it and unknown is news */
+  seenUntil: null,
+  /** task id -> { status, turn } as last seen */
+  known: new Map(),
+  /** "<task id>:<turn>" of every turn end toasted */
+  shown: new Set(),
+}
+
+function remember(collection, key, value) {
+  collection.delete(key)
+  if (collection instanceof Map) collection.set(key, value)
+  else collection.add(key)
+  while (collection.size > TOAST_MEMORY) collection.delete(collection.keys().next().value)
+}
 
 function watchTasksOf(sessionID) {
   if (!toast.client?.tui?.showToast || typeof sessionID !== "string") return
   toast.sessions.add(sessionID)
-  if (toast.following) return
+  if (toast.following) {
+    reconnectNow()
+    return
+  }
   toast.following = true
+  toast.seenUntil = Date.now()
   followTasks().catch(() => {})
+}
+
+/** Cut the wait before the next reconnect short, if the stream is down. */
+function reconnectNow() {
+  if (!toast.connected && toast.wake) toast.wake()
 }
 
 async function showTaskToast(kind, task) {
@@ -178,11 +221,42 @@ async function showTaskToast(kind, task) {
   })
 }
 
+/** Toast one ended turn, unless it was toasted already. */
+function toastOnce(kind, task) {
+  const key = `${task.id}:${task.turn}`
+  if (toast.shown.has(key)) return
+  remember(toast.shown, key, true)
+  showTaskToast(kind, task).catch(() => {})
+}
+
+function see(task) {
+  remember(toast.known, task.id, { status: task.status, turn: task.turn })
+}
+
 function onTaskEvent(kind, data) {
-  if (!(kind in TOAST_KINDS)) return
+  if (kind === "snapshot") return onSnapshot(JSON.parse(data))
+  if (!kind.startsWith("task.") || kind === "task.cleared") return
   const task = JSON.parse(data)
   if (!toast.sessions.has(task.parent_session_id)) return
-  showTaskToast(kind, task).catch(() => {})
+  see(task)
+  if (kind in TOAST_KINDS) toastOnce(kind, task)
+}
+
+/** A snapshot of every task (a new stream the service could not resume): toast the turns that
+ * ended while the plugin was not listening. */
+function onSnapshot(snapshot) {
+  const since = toast.seenUntil
+  for (const task of snapshot.tasks ?? []) {
+    if (!toast.sessions.has(task.parent_session_id)) continue
+    const kind = STATUS_KINDS[task.status]
+    const before = toast.known.get(task.id)
+    const ended = before
+      ? ACTIVE.has(before.status) || before.turn < task.turn
+      : since !== null && task.updated_at > since
+    see(task)
+    if (kind && ended) toastOnce(kind, task)
+  }
+  if (typeof snapshot.now_ms === "number") toast.seenUntil = snapshot.now_ms
 }
 
 /** Read one connection of the stream; a silent one (no heartbeat for 60 s) is dropped. */
@@ -211,13 +285,32 @@ async function readTaskEvents(response, controller) {
           else if (line.startsWith("event: ")) kind = line.slice(7)
           else if (line.startsWith("data: ")) data += line.slice(6)
         }
-        if (data) onTaskEvent(kind, data)
+        if (data) {
+          try {
+            onTaskEvent(kind, data)
+          } catch {
+            // an event the plugin cannot read: skip it, keep the stream
+          }
+        }
         if (id !== null) toast.lastId = id
       }
     }
   } finally {
     clearTimeout(silence)
   }
+}
+
+/** Wait `ms`, or less when `reconnectNow` is called meanwhile. */
+function pause(ms) {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer)
+      toast.wake = null
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    toast.wake = done
+  })
 }
 
 async function followTasks() {
@@ -233,13 +326,16 @@ async function followTasks() {
       })
       if (response.ok && response.body) {
         retryMs = 1000
+        toast.connected = true
         await readTaskEvents(response, controller)
       }
     } catch {
-      // the service is down or restarting: try again later
+      // the service is down or restarting: try again later (or at the next tool call)
+    } finally {
+      toast.connected = false
     }
     controller.abort()
-    await new Promise((resolve) => setTimeout(resolve, retryMs))
+    await pause(retryMs)
     retryMs = Math.min(retryMs * 2, 30000)
   }
 }
@@ -251,9 +347,13 @@ export const AsyncAgentsPlugin = async (plugin) => {
     tools[definition.name] = tool({
       description: definition.description,
       args: args(definition.parameters),
-      execute: (input, context) => {
+      execute: async (input, context) => {
         watchTasksOf(context?.sessionID)
-        return call(definition.name, input, context)
+        try {
+          return await call(definition.name, input, context)
+        } finally {
+          reconnectNow()
+        }
       },
     })
   }

@@ -2,13 +2,16 @@
 
 from .app import HEALTH_PATH, begin_drain, create_app
 from .auth import TokenFileError, default_token_path, load_or_create_token, state_dir
-from .server import ServeOptions, build_manager, serve
+from .server import build_manager, serve
+from .settings import ServeSettings, Settings, SettingsError
 from .state import ServiceState
 
 __all__ = [
     "HEALTH_PATH",
-    "ServeOptions",
+    "ServeSettings",
     "ServiceState",
+    "Settings",
+    "SettingsError",
     "TokenFileError",
     "begin_drain",
     "build_manager",

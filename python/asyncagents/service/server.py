@@ -14,57 +14,59 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 
-from ..tasks import (
-    OpenCodeBackend,
-    SQLiteTaskStore,
-    TaskManager,
-    TaskManagerConfig,
-    default_store_path,
-)
-from ..tasks.config import WakeMode
+from ..tasks import OpenCodeBackend, StoreError, TaskManager, default_store_path
 from .app import begin_drain, create_app
 from .connections import AbortableProtocol
 from .hosts import AllowedHosts, is_loopback
+from .settings import DEFAULT_HOST, DEFAULT_PORT, Settings, open_store, opencode_credentials
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 4097
 #: the longest a stop waits for the calls in flight before it closes the manager anyway
 GRACEFUL_SECONDS = 30
 
 
-@dataclass(frozen=True)
-class ServeOptions:
-    """What ``asyncagents serve`` was asked for."""
-
-    opencode_url: str
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    store_path: Path | None = None
-    wake: WakeMode = "each"
-    #: more ``Host`` names to answer to (``--allowed-host``), besides the bound ones
-    allowed_hosts: tuple[str, ...] = ()
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_manager", "serve"]
 
 
-def build_manager(options: ServeOptions) -> TaskManager:
-    """A `TaskManager` over the OpenCode server at `options.opencode_url`, SQLite store."""
-    backend = OpenCodeBackend(options.opencode_url)
-    store = SQLiteTaskStore(options.store_path or default_store_path())
-    return TaskManager(backend, store, TaskManagerConfig(wake=options.wake))
+def build_manager(settings: Settings) -> TaskManager:
+    """A `TaskManager` over the settings' OpenCode server and store, with their config."""
+    credentials = opencode_credentials(settings.serve)
+    backend = OpenCodeBackend(settings.serve.opencode, credentials=credentials)
+    store = open_store(settings.serve.store, default_store_path())
+    return TaskManager(backend, store, settings.manager)
+
+
+async def _store_problem(settings: Settings) -> str | None:
+    """Why the settings' store cannot be opened (a wrong password, a file of another
+    program, ...), or None: said in one line before the service starts, not as a traceback of
+    its startup."""
+    store = open_store(settings.serve.store, default_store_path())
+    try:
+        await store.open()
+    except StoreError as exc:
+        return str(exc)
+    finally:
+        await store.close()
+    return None
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://host:port``, with an IPv6 address in brackets."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
 
 
 class _Server(uvicorn.Server):
     """uvicorn, draining the app on the first stop signal and exiting normally after it."""
 
-    def __init__(self, config: uvicorn.Config, app: Starlette) -> None:
+    def __init__(self, config: uvicorn.Config, app: Starlette, token: str) -> None:
         super().__init__(config)
         self._app = app
+        self._token = token
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self, sockets: Any = None) -> None:
@@ -74,8 +76,11 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
         if self.started:
-            config = self.config
-            print(f"asyncagents serve: ready on http://{config.host}:{config.port}", flush=True)
+            url = base_url(self.config.host, self.config.port)
+            print(f"asyncagents serve: ready on {url}", flush=True)
+            # the token goes only to a person's terminal, never into a log file or a pipe
+            link = f"{url}/#token={self._token}" if sys.stdout.isatty() else f"{url}/"
+            print(f"asyncagents serve: dashboard at {link}", flush=True)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self._loop is not None:
@@ -110,18 +115,23 @@ def uvicorn_config(app: Starlette, host: str, port: int, **kwargs: Any) -> uvico
     return uvicorn.Config(app, host=host, port=port, http=AbortableProtocol, **settings)
 
 
-def serve(options: ServeOptions, token: str) -> int:
+def serve(settings: Settings, token: str) -> int:
     """Run the service until a stop signal; the exit status."""
+    options = settings.serve
     if not is_loopback(options.host):
         print(
             f"asyncagents serve: listening on {options.host}, not loopback: anyone who can reach "
             "it and has the token can start tasks.",
             file=sys.stderr,
         )
-    manager = build_manager(options)
-    allowed = AllowedHosts(options.host, options.port, options.allowed_hosts)
+    problem = asyncio.run(_store_problem(settings))
+    if problem is not None:
+        print(f"asyncagents serve: cannot open the task store: {problem}", file=sys.stderr)
+        return 1
+    manager = build_manager(settings)
+    allowed = AllowedHosts(options.host, options.port, options.allowed_host)
     app = create_app(manager, token=token, allowed_hosts=allowed)
-    server = _Server(uvicorn_config(app, options.host, options.port), app)
+    server = _Server(uvicorn_config(app, options.host, options.port), app, token)
     try:
         server.run()
     except SystemExit as exc:  # uvicorn exits when it cannot bind or start the app
@@ -132,4 +142,7 @@ def serve(options: ServeOptions, token: str) -> int:
                 file=sys.stderr,
             )
             return 1
-    return 0 if server.started else 1
+    if not server.started:
+        return 1
+    print("asyncagents serve: stopped", flush=True)
+    return 0

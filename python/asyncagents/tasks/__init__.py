@@ -12,6 +12,7 @@ from .backend import PromptRequest, SessionBackend
 from .config import TaskManagerConfig, WakeMode
 from .errors import (
     AmbiguousTaskIdError,
+    BackendAuthError,
     BackendError,
     BackendHTTPError,
     BackendProtocolError,
@@ -44,7 +45,7 @@ from .models import (
     TaskStatus,
 )
 from .notices import NoticeCourier
-from .opencode import OpenCodeBackend
+from .opencode import OpenCodeBackend, OpenCodeCredentials
 from .store import InMemoryTaskStore, SQLiteTaskStore, TaskStore
 from .tools import (
     DEFAULT_OUTPUT_TIMEOUT_SECONDS,
@@ -64,6 +65,7 @@ __all__ = [
     "TOOLS",
     "TOOL_NAMES",
     "AmbiguousTaskIdError",
+    "BackendAuthError",
     "BackendError",
     "BackendHTTPError",
     "BackendProtocolError",
@@ -80,6 +82,7 @@ __all__ = [
     "NoticeCourier",
     "NoticeKind",
     "OpenCodeBackend",
+    "OpenCodeCredentials",
     "OutputResult",
     "PostgresTaskStore",
     "PromptRequest",

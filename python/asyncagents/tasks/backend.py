@@ -60,6 +60,9 @@ class SessionBackend(Protocol):
     the server cannot be reached in time; any other `BackendError` (`BackendHTTPError`,
     `BackendProtocolError`, ...) for a failure that says nothing about the session, after
     which the caller keeps its state and retries later. Every call is bounded in time and size.
+
+    A backend may declare a ``name``: the manager's default backend name (see
+    `default_backend_name`), equal only among backends that see the same sessions.
     """
 
     async def create_session(

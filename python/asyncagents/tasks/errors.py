@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .markdown import code
+
 
 class TaskError(Exception):
     """Base of every error the task tools report to an agent; `str(err)` is the agent text."""
@@ -27,7 +29,7 @@ class TaskNotFoundError(TaskError, LookupError):
 
     def __init__(self, task_id: str) -> None:
         super().__init__(
-            f"No background task with id {task_id!r}. Call asyncagents_list to see the ids of "
+            f"No background task with id {code(task_id)}. Call asyncagents_list to see the ids of "
             "your tasks; cleared tasks are gone."
         )
         self.task_id = task_id
@@ -38,8 +40,8 @@ class AmbiguousTaskIdError(TaskRequestError):
 
     def __init__(self, prefix: str, candidates: list[str]) -> None:
         super().__init__(
-            f"Task id {prefix!r} is ambiguous; it matches several tasks: "
-            f"{', '.join(candidates)}. Give more characters of the id."
+            f"Task id {code(prefix)} is ambiguous; it matches several tasks: "
+            f"{', '.join(code(c) for c in candidates)}. Give more characters of the id."
         )
         self.prefix = prefix
         self.candidates = list(candidates)
@@ -52,14 +54,16 @@ class TaskNotCompletedError(TaskRequestError):
         if status == "running":
             hint = (
                 "It is still running: wait for its completion notice or call asyncagents_output "
-                f'with task_id "{task_id}" and block=true, then resume it.'
+                f"with task_id {code(task_id)} and block=true, then resume it."
             )
         else:
             hint = (
                 f"It ended as {status}; start a new asyncagents_task (fork=true if it needs "
                 "your context) instead."
             )
-        super().__init__(f"Only completed tasks can be resumed; task {task_id} is {status}. {hint}")
+        super().__init__(
+            f"Only completed tasks can be resumed; task {code(task_id)} is {status}. {hint}"
+        )
         self.task_id = task_id
         self.status = status
 
@@ -69,9 +73,9 @@ class TaskBeingResumedError(TaskRequestError):
 
     def __init__(self, task_id: str) -> None:
         super().__init__(
-            f"Task {task_id} is currently being resumed and has not answered yet. Wait for the "
-            f'notice, or call asyncagents_output with task_id "{task_id}" and block=true, then '
-            "resume it again."
+            f"Task {code(task_id)} is currently being resumed and has not answered yet. Wait "
+            f"for the notice, or call asyncagents_output with task_id {code(task_id)} and "
+            "block=true, then resume it again."
         )
         self.task_id = task_id
 
@@ -80,9 +84,10 @@ class SessionExpiredError(TaskRequestError):
     """Resume of a task whose child session no longer exists on the server."""
 
     def __init__(self, task_id: str, session_id: str | None) -> None:
+        session = f"its session {code(session_id)}" if session_id else "its session"
         super().__init__(
-            f"Cannot resume task {task_id}: its session {session_id} no longer exists. Start a "
-            "new asyncagents_task with the full instructions (fork=true to pass your context)."
+            f"Cannot resume task {code(task_id)}: {session} no longer exists. Start a new "
+            "asyncagents_task with the full instructions (fork=true to pass your context)."
         )
         self.task_id = task_id
         self.session_id = session_id
@@ -93,7 +98,7 @@ class TaskNotRunningError(TaskRequestError):
 
     def __init__(self, task_id: str, status: str) -> None:
         super().__init__(
-            f"Task {task_id} is {status}, not running; there is nothing to cancel. Use "
+            f"Task {code(task_id)} is {status}, not running; there is nothing to cancel. Use "
             "asyncagents_output to read it or asyncagents_clear to remove your tasks."
         )
         self.task_id = task_id
@@ -146,6 +151,11 @@ class BackendTimeoutError(BackendUnavailableError):
 class BackendHTTPError(BackendError):
     """The server (or a proxy before it) answered an error status that is not OpenCode's own
     confirmed not-found answer: an HTML 404 page, a 5xx, another JSON error."""
+
+
+class BackendAuthError(BackendError):
+    """The server refused our credentials (HTTP 401 or 403): a setup problem that no retry
+    fixes. The message says which credentials to set, and where; it never holds a password."""
 
 
 class BackendProtocolError(BackendError):

@@ -107,9 +107,16 @@ class InProcessBackend:
     (ends every open event stream: proves reconnects), `fail_prompts` (session ids whose prompts
     fail as if the server were down: proves notice retries), `down` (every call fails).
     `prompts` records every prompt body sent, until its session is deleted.
+
+    Its `name` (the manager's default backend name) is ``inprocess:<random id>``, unique to
+    this object: its sessions live in this object only, so no other backend, process or run of
+    the application can follow them. Two applications on one store never take each other's
+    tasks for their own; a new backend object does not adopt the tasks of an old one (their
+    sessions are gone with it).
     """
 
     def __init__(self, responder: Responder, *, event_queue_size: int = 100_000) -> None:
+        self.name = f"inprocess:{os.urandom(8).hex()}"
         self.responder = responder
         self._sessions: dict[str, JSON] = {}
         self._messages: dict[str, list[JSON]] = {}

@@ -105,9 +105,20 @@ def default_store_path() -> Path:
 
 
 def default_backend_name(backend: SessionBackend) -> str:
-    """The backend's ``base_url`` (an OpenCode server), else ``"inprocess"``."""
-    url = getattr(backend, "base_url", None)
-    return url if isinstance(url, str) and url else "inprocess"
+    """The name the backend declares (its ``name`` attribute), else its ``base_url``, else a
+    name unique to this backend object.
+
+    Managers with one backend name share tasks: they adopt each other's, and clear the ones
+    whose parent their backend says is gone. So a name must only be shared by backends that
+    see the same sessions: an OpenCode server's URL (`OpenCodeBackend.name`), never an
+    in-process backend's (`InProcessBackend.name` is unique to the object, as only it holds
+    its sessions). A backend without a name is treated the same way.
+    """
+    for attribute in ("name", "base_url"):
+        value = getattr(backend, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return f"{type(backend).__name__.lower()}:{os.urandom(8).hex()}"
 
 
 class TaskManager:

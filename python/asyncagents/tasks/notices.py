@@ -26,6 +26,7 @@ from .backend import JSON, PromptRequest, SessionBackend
 from .config import TaskManagerConfig
 from .errors import BackendError, SessionNotFoundError
 from .jobs import wait_event
+from .markdown import code, code_label
 from .models import Notice, NoticeKind, Task, now_ms
 from .retries import task_attempts
 from .store import TaskStore
@@ -50,29 +51,31 @@ def format_notice(notice_id: str, task: Task, kind: NoticeKind) -> str:
     attempts = task_attempts(task)
     if attempts:
         model += attempts + "\n"
-    where = f'Read it again with asyncagents_output(task_id="{task.id}").'
+    read = code(f'asyncagents_output(task_id="{task.id}")')
+    where = f"Read it again with {read}."
+    label = code_label(task)
+    resume = code(f'asyncagents_task(resume="{task.id}", prompt=...)')
     if kind is NoticeKind.ERROR:
         return (
-            f"{head}\nBackground task {task.label} failed: {task.description}\n"
+            f"{head}\nBackground task {label} failed: {task.description}\n"
             f"{model}Error: {task.error}\n{where} Start a new asyncagents_task to try again."
         )
     if kind is NoticeKind.RESUME_FAILED:
         return (
-            f"{head}\nBackground task {task.label} could not answer your follow-up: "
+            f"{head}\nBackground task {label} could not answer your follow-up: "
             f"{task.description}\n{model}Error: {task.error}\n"
             "The task is completed again and keeps its previous result. "
-            f'{where} Resume it with asyncagents_task(resume="{task.id}", prompt=...).'
+            f"{where} Resume it with {resume}."
         )
     result = task.result or "(the task finished without a text reply)"
     if kind is NoticeKind.RESUME_COMPLETED:
         return (
-            f"{head}\nBackground task {task.label} answered your follow-up: {task.description}\n"
+            f"{head}\nBackground task {label} answered your follow-up: {task.description}\n"
             f"{model}Full response:\n{result}\n\n{where}"
         )
     return (
-        f"{head}\nBackground task {task.label} completed: {task.description}\n"
-        f"{model}Result:\n{result}\n\n{where} Continue it with "
-        f'asyncagents_task(resume="{task.id}", prompt=...).'
+        f"{head}\nBackground task {label} completed: {task.description}\n"
+        f"{model}Result:\n{result}\n\n{where} Continue it with {resume}."
     )
 
 

@@ -7,23 +7,33 @@ typed `BackendError` naming the method and the URL. A session is reported gone
 (``{"name": "NotFoundError", "data": {"message": "Session not found: ses_..."}}``), confirmed by
 a second ``GET /session/{id}``: an HTML 404 page from a proxy, a 5xx, a body that is not JSON or
 a timeout is a passing failure that must not make the caller drop anything.
+
+A server started with ``OPENCODE_SERVER_PASSWORD`` wants HTTP basic auth on every route (the
+event stream too); `OpenCodeCredentials` carries it, from the same environment variables by
+default. Its refusal (HTTP 401 or 403) is a `BackendAuthError`: a setup problem, said once in
+the log and in every answer with how to fix it, never a passing failure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote
 
 import anyio
 import httpx
+from httpx._client import UseClientDefault
 
 from .backend import JSON, PromptRequest
 from .errors import (
+    BackendAuthError,
     BackendError,
     BackendHTTPError,
     BackendProtocolError,
@@ -46,6 +56,83 @@ DEFAULT_MAX_EVENT_BYTES = 16 * MiB
 ERROR_BODY_BYTES = 64 * 1024
 
 _JSON_START = re.compile(rb"\s*\[")
+
+log = logging.getLogger(__name__)
+
+#: the environment variables ``opencode serve`` reads its credentials from
+PASSWORD_ENV = "OPENCODE_SERVER_PASSWORD"
+USERNAME_ENV = "OPENCODE_SERVER_USERNAME"
+#: OpenCode's username when ``OPENCODE_SERVER_USERNAME`` is not set
+DEFAULT_USERNAME = "opencode"
+#: the longest password file read
+MAX_PASSWORD_FILE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class OpenCodeCredentials:
+    """The username and password of a secured ``opencode serve`` (HTTP basic auth, as OpenCode
+    checks it). The password never shows in `repr`; an empty one means no auth."""
+
+    username: str = DEFAULT_USERNAME
+    password: str = field(default="", repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> OpenCodeCredentials | None:
+        """``$OPENCODE_SERVER_PASSWORD`` and ``$OPENCODE_SERVER_USERNAME`` (default
+        ``opencode``), as ``opencode serve`` reads them; None when no password is set."""
+        env = os.environ if environ is None else environ
+        password = env.get(PASSWORD_ENV, "")
+        if not password:
+            return None
+        return cls(env.get(USERNAME_ENV) or DEFAULT_USERNAME, password)
+
+    @classmethod
+    def from_file(cls, path: Path, username: str | None = None) -> OpenCodeCredentials:
+        """The password in the file at `path` (its first line), with `username` (default:
+        ``$OPENCODE_SERVER_USERNAME``, else ``opencode``). Raises `ValueError` naming the file
+        when it cannot be read or holds no password."""
+        try:
+            with open(path, "rb") as file:
+                raw = file.read(MAX_PASSWORD_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ValueError(
+                f"cannot read the OpenCode password file {str(path)!r}: "
+                f"{exc.strerror or type(exc).__name__}"
+            ) from None
+        if len(raw) > MAX_PASSWORD_FILE_BYTES:
+            raise ValueError(
+                f"the OpenCode password file {str(path)!r} is over {MAX_PASSWORD_FILE_BYTES} bytes"
+            )
+        try:
+            lines = raw.decode("utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise ValueError(f"the OpenCode password file {str(path)!r} is not UTF-8") from None
+        password = lines[0].strip("\r") if lines else ""
+        if not password:
+            raise ValueError(f"the OpenCode password file {str(path)!r} holds no password")
+        name = username or os.environ.get(USERNAME_ENV) or DEFAULT_USERNAME
+        return cls(name, password)
+
+    def auth(self) -> httpx.Auth | None:
+        """The HTTP basic auth to send, or None without a password."""
+        return httpx.BasicAuth(self.username, self.password) if self.password else None
+
+
+def auth_refused(
+    base_url: str, status: int, method: str, url: str, credentials: OpenCodeCredentials | None
+) -> str:
+    """What a refusal (HTTP 401 or 403) means and how to fix it; never the password."""
+    if credentials is None or not credentials.password:
+        why = "it is protected by a password and none was given"
+    else:
+        why = f'it does not accept the username "{credentials.username}" and the password given'
+    return (
+        f"OpenCode server at {base_url} refused {method} {url} with HTTP {status}: {why}. "
+        f"This is a setup problem that retrying will not fix: set {PASSWORD_ENV} (and "
+        f'{USERNAME_ENV} if it is not "{DEFAULT_USERNAME}") to the credentials `opencode serve` '
+        "runs with, in the environment of `asyncagents serve` (or give it "
+        "--opencode-password-file), and restart it."
+    )
 
 
 @dataclass(frozen=True)
@@ -121,6 +208,10 @@ class OpenCodeBackend:
 
     Redirects are never followed (`BackendRedirectError`). `directory` selects the project
     instance on a server that serves several.
+
+    `credentials` are sent with every request (basic auth); None reads them from
+    ``$OPENCODE_SERVER_PASSWORD`` / ``$OPENCODE_SERVER_USERNAME`` as ``opencode serve`` does.
+    A 401 or 403 raises `BackendAuthError`, logged once (until a call succeeds again).
     """
 
     def __init__(
@@ -138,6 +229,7 @@ class OpenCodeBackend:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_messages_bytes: int = DEFAULT_MAX_MESSAGES_BYTES,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        credentials: OpenCodeCredentials | None = None,
     ) -> None:
         for name, value in (
             ("timeout", timeout),
@@ -159,6 +251,15 @@ class OpenCodeBackend:
         self.max_messages_bytes = max_messages_bytes
         self.max_event_bytes = max_event_bytes
         self._params = {"directory": directory} if directory else {}
+        self.credentials = (
+            credentials if credentials is not None else OpenCodeCredentials.from_env()
+        )
+        auth = self.credentials.auth() if self.credentials is not None else None
+        #: the ``auth`` of every request (none: a given client's own default applies)
+        self._auth: httpx.Auth | UseClientDefault = (
+            auth if auth is not None else httpx.USE_CLIENT_DEFAULT
+        )
+        self._refusal_logged = False
         self._own_client = client is None
         self._client = client or httpx.AsyncClient(
             base_url=self.base_url,
@@ -169,6 +270,12 @@ class OpenCodeBackend:
                 max_connections=max_connections, max_keepalive_connections=max_connections
             ),
         )
+
+    @property
+    def name(self) -> str:
+        """The manager's default backend name: the server's URL, the same in every process
+        that talks to it (they all see its sessions, so they may share its tasks)."""
+        return self.base_url
 
     async def __aenter__(self) -> OpenCodeBackend:
         return self
@@ -286,6 +393,7 @@ class OpenCodeBackend:
                     params=query or None,
                     timeout=httpx.Timeout(limit, connect=min(self.connect_timeout, limit)),
                     follow_redirects=False,
+                    auth=self._auth,
                 ) as response:
                     if response.is_redirect or 300 <= response.status_code < 400:
                         raise self._redirect(response, method, url)
@@ -323,13 +431,16 @@ class OpenCodeBackend:
             method, path, json_body=json_body, params=params, timeout=timeout, max_bytes=max_bytes
         )
         if 200 <= answer.status < 300:
+            self._refusal_logged = False
             return answer
         message = _not_found_message(answer)
         if message is not None and session_id is not None:
             await self._confirm_gone(session_id, answer, message)
         raise self._status_error(answer)
 
-    def _status_error(self, answer: _Answer) -> BackendHTTPError:
+    def _status_error(self, answer: _Answer) -> BackendError:
+        if answer.status in (401, 403):
+            return self._refused(answer)
         what = ""
         if answer.status == 404 and _not_found_message(answer) is None:
             what = " (not OpenCode's NotFoundError answer, so nothing is taken as gone)"
@@ -341,6 +452,16 @@ class OpenCodeBackend:
             url=answer.url,
             method=answer.method,
         )
+
+    def _refused(self, answer: _Answer) -> BackendAuthError:
+        """The server wants other credentials: said in the log once, until a call succeeds."""
+        message = auth_refused(
+            self.base_url, answer.status, answer.method, answer.url, self.credentials
+        )
+        if not self._refusal_logged:
+            self._refusal_logged = True
+            log.error("%s", message)
+        return BackendAuthError(message, answer.status, url=answer.url, method=answer.method)
 
     async def _confirm_gone(self, session_id: str, first: _Answer, message: str) -> None:
         """Raise `SessionNotFoundError` when ``GET /session/{id}`` again answers OpenCode's
@@ -511,6 +632,7 @@ class OpenCodeBackend:
                             timeout=timeout,
                             headers={"accept": "text/event-stream"},
                             follow_redirects=False,
+                            auth=self._auth,
                         )
                     )
                     if response.is_redirect or 300 <= response.status_code < 400:
@@ -524,6 +646,7 @@ class OpenCodeBackend:
                             _Answer(method, url, response.status_code, content_type, body)
                         )
                 streaming = True
+                self._refusal_logged = False
                 async for event in self._read_events(response, url):
                     yield event
         except TimeoutError as exc:

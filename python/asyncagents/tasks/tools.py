@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..plain import surrogate_free
 from .conversation import read_conversation
 from .errors import StoreError, TaskError
+from .markdown import code, code_label
 from .models import OutputResult, Task, TaskStatus, now_ms
 from .retries import DEFAULT_MODEL_NAME, task_attempts
 from .tool_args import (
@@ -151,21 +152,25 @@ def _on(task: Task) -> str:
     return f" on {task.model}" if task.model else ""
 
 
+def _wait_call(task: Task) -> str:
+    """The blocking read of `task`, as code."""
+    return code(f'asyncagents_output(task_id="{task.id}", block=true)')
+
+
 def format_started(task: Task) -> str:
     """Reply to asyncagents_task (launch or resume)."""
     if task.resume_count > 0 and task.status is TaskStatus.RESUMED:
         return (
-            f"Follow-up sent to background task {task.label} ({task.agent}): {task.description}\n"
-            "Status: resumed. You will get a notice with its full response when it answers. "
-            f'To wait for it now, call asyncagents_output(task_id="{task.id}", block=true).'
+            f"Follow-up sent to background task {code_label(task)} ({task.agent}): "
+            f"{task.description}\nStatus: resumed. You will get a notice with its full response "
+            f"when it answers. To wait for it now, call {_wait_call(task)}."
         )
     return (
-        f"Background task started: {task.label}\nAgent: {task.agent}\n"
+        f"Background task started: {code_label(task)}\nAgent: {task.agent}\n"
         + (f"Model: {task.model}\n" if task.model else "")
         + f"Description: {task.description}\nStatus: {task.status.value}\n"
         "You will get a notice in this session when it completes or fails; continue with "
-        f'other work meanwhile. To wait for it now, call asyncagents_output(task_id="{task.id}",'
-        " block=true)."
+        f"other work meanwhile. To wait for it now, call {_wait_call(task)}."
     )
 
 
@@ -173,12 +178,12 @@ def format_queued(task: Task, *, interrupt: bool) -> str:
     """Reply to asyncagents_task(resume=..., when=...) for a task still running."""
     if interrupt:
         return (
-            f"Follow-up for background task `{task.id}`: {task.description}\n"
+            f"Follow-up for background task {code(task.id)}: {task.description}\n"
             "Its running turn is being aborted; the follow-up is sent as soon as it stops. "
             "You will get a notice with its response."
         )
     return (
-        f"Follow-up queued for background task `{task.id}`: {task.description}\n"
+        f"Follow-up queued for background task {code(task.id)}: {task.description}\n"
         f"It is sent when the running turn ends ({len(task.pending_followups)} follow-up(s) "
         "queued). You will get a notice with its response."
     )
@@ -213,7 +218,9 @@ def format_output(out: OutputResult) -> str:
     """Reply to asyncagents_output."""
     task = out.task
     now = now_ms()
-    head = f"Task {task.label} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
+    head = (
+        f"Task {code_label(task)} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
+    )
     attempts = None if task.status.active else task_attempts(task)
     if attempts:
         head += f"\n{attempts}"
@@ -263,7 +270,7 @@ def format_list(tasks: list[Task]) -> str:
         if retry is not None:
             tries += f" (OpenCode retrying the provider: attempt {retry.get('attempt')})"
         lines.append(
-            f"- {task.label} [{task.status.value}] {task.agent}{_on(task)}: "
+            f"- {code_label(task)} [{task.status.value}] {task.agent}{_on(task)}: "
             f"{task.description}{tries}"
         )
     return "\n".join(lines)
@@ -274,10 +281,11 @@ def format_cancelled(task: Task, dropped: int = 0) -> str:
     tail = f"\n{dropped_line(dropped)}" if dropped else ""
     if task.status is TaskStatus.COMPLETED:
         return (
-            f"Cancelled the follow-up of background task {task.label}: {task.description}\n"
+            f"Cancelled the follow-up of background task {code_label(task)}: "
+            f"{task.description}\n"
             "It is completed again with its previous result." + tail
         )
-    return f"Cancelled background task {task.label}: {task.description}" + tail
+    return f"Cancelled background task {code_label(task)}: {task.description}" + tail
 
 
 def format_cleared(tasks: list[Task]) -> str:

@@ -5,7 +5,8 @@
 //! table itself, as CPython's `unicodekeys_lookup_unicode` does, with no call: a key matches
 //! on identity, or, another `str` object with the same hash, on equal text. Whatever the
 //! probe cannot settle (another dict type or table kind) goes to CPython's own lookup. A
-//! self-check at first use compares the two and keeps the probe off if they ever disagree.
+//! self-check at first use compares the two and keeps the probe off if they ever disagree;
+//! `ASYNCAGENTS_PORTABLE_DICTS=1` keeps it off too (the path of any other interpreter).
 //! The borrowed walk (`input/borrowed.rs`) passes a hint: the entry where the same field was
 //! found in the dict before, looked at first (dicts of one shape keep their keys in place).
 
@@ -80,6 +81,15 @@ pub unsafe fn str_entries<'a>(py: Python<'_>, dict: *mut ffi::PyObject) -> Optio
     }
 }
 
+/// Whether the environment asks for the portable path (`ASYNCAGENTS_PORTABLE_DICTS=1`): every
+/// lookup CPython's own, as on an interpreter whose table layout is not written down here.
+/// Read once, at the first walk; to compare the two paths, and as a way out should the probe
+/// ever be in doubt.
+#[allow(dead_code)] // read only where the layout is known
+fn portable_asked() -> bool {
+    std::env::var_os("ASYNCAGENTS_PORTABLE_DICTS").is_some_and(|value| value == "1")
+}
+
 /// Interpreters whose table layout is not written down here: every lookup is CPython's own.
 #[cfg(not(all(Py_3_11, not(Py_3_14), not(PyPy), not(GraalPy), not(Py_GIL_DISABLED))))]
 mod table {
@@ -151,9 +161,12 @@ mod table {
 
     static ENABLED: PyOnceLock<bool> = PyOnceLock::new();
 
-    /// Whether the probe agrees with CPython's lookup on a dict built here (checked once).
+    /// Whether the probe agrees with CPython's lookup on a dict built here (checked once),
+    /// and `ASYNCAGENTS_PORTABLE_DICTS=1` did not ask for the portable path.
     pub fn enabled(py: Python<'_>) -> bool {
-        *ENABLED.get_or_init(py, || self_check(py).unwrap_or(false))
+        *ENABLED.get_or_init(py, || {
+            !super::portable_asked() && self_check(py).unwrap_or(false)
+        })
     }
 
     fn self_check(py: Python<'_>) -> PyResult<bool> {
