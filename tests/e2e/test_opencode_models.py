@@ -49,7 +49,7 @@ async def test_a_task_on_a_chosen_model_reaches_that_model(
     (request,) = _requests_with(fake_model, prompt)
     assert request["model"] == "fake-small"
     listed = await run_tool(manager, parent, "asyncagents_list", {})
-    assert f"- {task.id} [completed] {AGENT} on fake/fake-small: small model" in listed
+    assert f"- `{task.id}` [completed] {AGENT} on fake/fake-small: small model" in listed
     # without a model the server's default answers, as before
     plain = await manager.task(parent, "the default answers", AGENT, "default model")
     assert (await manager.output(plain.id, block=True, timeout=60)).task.model is None

@@ -153,12 +153,12 @@ async def test_done_when_a_chosen_model_survives_429s_and_a_follow_up_is_answere
     await asyncio.sleep(1.0)
     first, second = await notices_in(backend, parent)
     assert (
-        f"Background task {task.id} completed: story\nModel: {SMALL_MODEL}\n"
+        f"Background task `{task.id}` completed: story\nModel: {SMALL_MODEL}\n"
         f"Attempts: 1 (1 on {SMALL_MODEL}); OpenCode retried the provider 2 time(s) in the last "
         f"one\nResult:\nReply to: {prompt}\n" in first
     )
     assert (
-        f"Background task {task.id} (resumed) answered your follow-up: story\n"
+        f"Background task `{task.id}` (resumed) answered your follow-up: story\n"
         f"Model: {SMALL_MODEL}\nFull response:\nReply to: and the follow-up\n" in second
     )
 

@@ -100,15 +100,15 @@ async def test_queued_follow_ups_run_in_order_each_with_its_notice(
     notices = await notices_in(backend, parent)
     assert len(notices) == 3
     assert notices[0].startswith(
-        f"{notice_tag(_ntc(notices[0]))}\nBackground task {task.id} completed: chain\n"
+        f"{notice_tag(_ntc(notices[0]))}\nBackground task `{task.id}` completed: chain\n"
         "Result:\nReply to: [hold] first"
     )
     assert notices[1].startswith(
-        f"{notice_tag(_ntc(notices[1]))}\nBackground task {task.id} (resumed) answered your "
+        f"{notice_tag(_ntc(notices[1]))}\nBackground task `{task.id}` (resumed) answered your "
         "follow-up: chain\nFull response:\nReply to: second"
     )
     assert notices[2].startswith(
-        f"{notice_tag(_ntc(notices[2]))}\nBackground task {task.id} (resumed) answered your "
+        f"{notice_tag(_ntc(notices[2]))}\nBackground task `{task.id}` (resumed) answered your "
         "follow-up: chain\nFull response:\nReply to: third"
     )
 
@@ -160,7 +160,7 @@ async def test_cancel_drops_the_queued_follow_ups_and_says_how_many(
     await _queue(manager, parent, task.id, "two", "after_current")
     text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": task.id})
     assert text == (
-        f"Cancelled background task {task.id}: to cancel\n"
+        f"Cancelled background task `{task.id}`: to cancel\n"
         "Dropped 2 queued follow-up(s); they were not sent."
     )
     current = await manager.store.get(task.id)
@@ -191,9 +191,9 @@ async def test_a_failed_turn_drops_its_queued_follow_ups_in_its_notice(
     await until(lambda: _has(backend, parent, 1), 10, "the notice")
     (notice,) = await notices_in(backend, parent)
     assert notice == (
-        f"{notice_tag(_ntc(notice))}\nBackground task {task.id} failed: will fail\n"
+        f"{notice_tag(_ntc(notice))}\nBackground task `{task.id}` failed: will fail\n"
         "Error: APIError: Invalid request: rejected by the provider\n"
-        f'Read it again with asyncagents_output(task_id="{task.id}"). Start a new '
+        f'Read it again with `asyncagents_output(task_id="{task.id}")`. Start a new '
         "asyncagents_task to try again.\nDropped 1 queued follow-up(s); they were not sent.\n\n"
         "You have no background tasks still running."
     )
@@ -223,7 +223,7 @@ async def test_when_on_a_completed_task_resumes_it_at_once(
     task = await manager.task(parent, "first", "explore", "done already")
     await manager.output(task.id, block=True, timeout=5)
     text = await _queue(manager, parent, task.id, "more", "after_current")
-    assert text.startswith(f"Follow-up sent to background task {task.id} (resumed)")
+    assert text.startswith(f"Follow-up sent to background task `{task.id}` (resumed)")
     out = await manager.output(task.id, block=True, timeout=5)
     assert out.task.result == "Reply to: more"
 

@@ -127,21 +127,21 @@ async def test_a_429_twice_is_tried_again_and_the_parent_is_told_once(store: Tas
         assert errors == [429, 429]
         out = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
         assert out == (
-            f"Task {task.id} [completed] explore on {A}: flaky provider\n"
+            f"Task `{task.id}` [completed] explore on {A}: flaky provider\n"
             f"Attempts: 3 (3 on {A})\n\nResult:\nReply to: work on {A}"
         )
         listed = await run_tool(manager, parent, "asyncagents_list", {})
         assert listed.splitlines()[1] == (
-            f"- {task.id} [completed] explore on {A}: flaky provider (3 attempts)"
+            f"- `{task.id}` [completed] explore on {A}: flaky provider (3 attempts)"
         )
         await until(lambda: _count(backend, parent, 1), 5, "the notice")
         await asyncio.sleep(0.3)
         (notice,) = await notices_in(backend, parent)
         assert notice == (
-            f"{notice_tag(_ntc(notice))}\nBackground task {task.id} completed: flaky provider\n"
+            f"{notice_tag(_ntc(notice))}\nBackground task `{task.id}` completed: flaky provider\n"
             f"Model: {A}\nAttempts: 3 (3 on {A})\nResult:\nReply to: work on {A}\n\n"
-            f'Read it again with asyncagents_output(task_id="{task.id}"). Continue it with '
-            f'asyncagents_task(resume="{task.id}", prompt=...).\n\n'
+            f'Read it again with `asyncagents_output(task_id="{task.id}")`. Continue it with '
+            f'`asyncagents_task(resume="{task.id}", prompt=...)`.\n\n'
             "You have no background tasks still running."
         )
     finally:
@@ -187,10 +187,10 @@ async def test_when_every_try_fails_the_task_ends_in_error_with_its_attempts(
         await asyncio.sleep(0.3)
         (notice,) = await notices_in(backend, parent)
         assert notice == (
-            f"{notice_tag(_ntc(notice))}\nBackground task {task.id} failed: all down\n"
+            f"{notice_tag(_ntc(notice))}\nBackground task `{task.id}` failed: all down\n"
             f"Model: {B}\nAttempts: 4 (2 on {A}, 2 on {B})\n"
             "Error: APIError: Rate limited: slow down\n"
-            f'Read it again with asyncagents_output(task_id="{task.id}"). Start a new '
+            f'Read it again with `asyncagents_output(task_id="{task.id}")`. Start a new '
             "asyncagents_task to try again.\n\nYou have no background tasks still running."
         )
     finally:
@@ -235,7 +235,7 @@ async def test_opencodes_own_retry_is_shown_and_never_taken_for_a_stall(
         await asyncio.sleep(1.0)  # past the stall timeout: the session is busy, so alive
         out = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
         lines = out.splitlines()
-        assert lines[0] == f"Task {task.id} [running] explore: retrying"
+        assert lines[0] == f"Task `{task.id}` [running] explore: retrying"
         assert re.fullmatch(
             r"OpenCode is retrying the provider: attempt 2 \(Rate limited\), next try in "
             r"(29|30)s\.",
@@ -243,7 +243,7 @@ async def test_opencodes_own_retry_is_shown_and_never_taken_for_a_stall(
         ), lines
         listed = await run_tool(manager, parent, "asyncagents_list", {})
         assert listed.splitlines()[1] == (
-            f"- {task.id} [running] explore: retrying (OpenCode retrying the provider: attempt 2)"
+            f"- `{task.id}` [running] explore: retrying (OpenCode retrying the provider: attempt 2)"
         )
         provider.hold.set()
         await _final(manager, task.id)
@@ -252,7 +252,7 @@ async def test_opencodes_own_retry_is_shown_and_never_taken_for_a_stall(
         assert final.progress.provider_retries == 2 and final.progress.model == A
         out = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
         assert out.splitlines()[:2] == [
-            f"Task {task.id} [completed] explore: retrying",
+            f"Task `{task.id}` [completed] explore: retrying",
             f"Attempts: 1 (1 on {A}); OpenCode retried the provider 2 time(s) in the last one",
         ]
     finally:

@@ -93,20 +93,20 @@ async def test_a_task_runs_on_its_model_and_says_so_everywhere(
         assert task_id
         tid = task_id.group(0)
         assert text == (
-            f"Background task started: {tid}\nAgent: explore\nModel: small/tiny\n"
+            f"Background task started: `{tid}`\nAgent: explore\nModel: small/tiny\n"
             "Description: small one\nStatus: running\nYou will get a notice in this session "
             "when it completes or fails; continue with other work meanwhile. To wait for it "
-            f'now, call asyncagents_output(task_id="{tid}", block=true).'
+            f'now, call `asyncagents_output(task_id="{tid}", block=true)`.'
         )
         out = await run_tool(
             manager, parent, "asyncagents_output", {"task_id": tid, "block": True, "timeout": 5}
         )
         assert out == (
-            f"Task {tid} [completed] explore on small/tiny: small one\n\nResult:\nReply to: hello"
+            f"Task `{tid}` [completed] explore on small/tiny: small one\n\nResult:\nReply to: hello"
         )
         listed = await run_tool(manager, parent, "asyncagents_list", {})
         assert listed == (
-            f"Background tasks (newest first):\n- {tid} [completed] explore on small/tiny: "
+            f"Background tasks (newest first):\n- `{tid}` [completed] explore on small/tiny: "
             "small one"
         )
         # the prompt carried the model; the responder saw it on the user message
@@ -120,10 +120,10 @@ async def test_a_task_runs_on_its_model_and_says_so_everywhere(
         ntc = re.search(r"ntc_[0-9a-f]+", notices[0])
         assert ntc
         assert notices[0] == (
-            f"{notice_tag(ntc.group(0))}\nBackground task {tid} completed: small one\n"
+            f"{notice_tag(ntc.group(0))}\nBackground task `{tid}` completed: small one\n"
             "Model: small/tiny\nResult:\nReply to: hello\n\n"
-            f'Read it again with asyncagents_output(task_id="{tid}"). Continue it with '
-            f'asyncagents_task(resume="{tid}", prompt=...).\n\n'
+            f'Read it again with `asyncagents_output(task_id="{tid}")`. Continue it with '
+            f'`asyncagents_task(resume="{tid}", prompt=...)`.\n\n'
             "You have no background tasks still running."
         )
     finally:
@@ -202,8 +202,8 @@ async def test_without_a_model_the_default_stays_and_the_models_are_read_once(
         bodies = [b for _, b in models_backend.prompts]
         assert "model" not in bodies[0]
         listed = await run_tool(manager, parent, "asyncagents_list", {})
-        assert f"- {plain.id} [completed] explore: plain" in listed.splitlines() or (
-            f"- {plain.id} [running] explore: plain" in listed.splitlines()
+        assert f"- `{plain.id}` [completed] explore: plain" in listed.splitlines() or (
+            f"- `{plain.id}` [running] explore: plain" in listed.splitlines()
         )
     finally:
         await manager.close()
