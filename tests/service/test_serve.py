@@ -292,7 +292,7 @@ def test_bad_settings_exit_2_naming_the_setting_and_its_source(
     assert unknown.returncode == 2
     assert unknown.stderr.startswith(
         f"asyncagents serve: the config file {config} has unknown settings: pol_interval "
-        "(known: allowed_host, backend_name, "
+        "(known: allowed_host, allowed_models, attempts, backend_name, "
     )
     config.write_text("poll_interval = \n")
     broken = _run("serve", "--config", str(config), env=env)
