@@ -352,3 +352,20 @@ def test_tokens_and_cost_per_task_and_in_the_header(browser: Browser, live: Live
     live.run(lambda: live.script.release("usage"))
     expect(row(page, running).locator(".badge")).to_have_text("completed")
     expect(page.locator("#usage-total")).to_have_text(" — 9,780 tokens · $0.075")
+
+
+def test_a_task_on_its_own_model_shows_the_model(browser: Browser, live: LiveService) -> None:
+    chosen = launch(live, "Summarise the notes", "On its model", model="inprocess/inprocess")
+    plain = launch(live, "Summarise again", "Default model")
+    wait_status(live, chosen, TaskStatus.COMPLETED)
+    wait_status(live, plain, TaskStatus.COMPLETED)
+    page = open_page(browser, live)
+    log_in(page)
+    expect(row(page, chosen).locator(".agent")).to_have_text("general · inprocess/inprocess")
+    expect(row(page, plain).locator(".agent")).to_have_text("general")
+    row(page, chosen).click()
+    fields = page.locator("#detail-fields")
+    expect(fields).to_contain_text("Modelinprocess/inprocess")
+    page.click("#detail-close")
+    row(page, plain).click()
+    expect(fields).to_contain_text("Modelthe server's default")

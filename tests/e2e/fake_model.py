@@ -8,6 +8,10 @@ The last user message carries tags that script the reply:
 - ``[fake:slow]``: a reply streamed one chunk every 0.5 s for about a minute (to cancel it);
 - ``[fake:delay=N]``: the plain reply after N seconds;
 - ``[fake:fail400]``: HTTP 400 with an OpenAI-style error body (a provider error);
+- ``[fake:429=N]``: HTTP 429 (``Retry-After: 1``) to the first N requests with this prompt,
+  then the plain reply (OpenCode retries 429 by itself, up to 6 requests a turn);
+- ``[fake:429-on=MODEL]``: HTTP 429 to every request for that model id, the plain reply on
+  any other (a fallback model answers);
 - ``[fake:context]``: replies ``context-seen`` when an earlier user message holds
   ``<inherited_context>``, else ``context-missing`` (proves the fork reached the model).
 
@@ -103,6 +107,8 @@ class FakeModel:
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._local = threading.local()
+        #: requests answered 429, by prompt
+        self.rate_limited: dict[str, int] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -185,6 +191,8 @@ class FakeModel:
             task_id = re.search(r"tsk_[0-9a-f]+", last_user)
             arguments = {"task_id": task_id.group(0) if task_id else ""}
             return self._stream_calls(h, [("asyncagents_output", arguments)])
+        if self._rate_limit(h, last_user, str(payload.get("model") or "")):
+            return None
         if "[fake:fail400]" in last_user:
             body = json.dumps(
                 {
@@ -214,6 +222,30 @@ class FakeModel:
         reply = "Tool step done. " if after_tool else ""
         reply += "Reply to: " + last_user.strip()
         return self._stream(h, [reply[i : i + 40] for i in range(0, len(reply), 40)] or [""])
+
+    def _rate_limit(self, h: BaseHTTPRequestHandler, prompt: str, model: str) -> bool:
+        """Answer 429 when the prompt's tags ask for it (counted per prompt)."""
+        count = re.search(r"\[fake:429=(\d+)\]", prompt)
+        on = re.search(r"\[fake:429-on=([\w.-]+)\]", prompt)
+        with self._lock:
+            done = self.rate_limited.get(prompt, 0)
+            limited = bool(count and done < int(count.group(1))) or bool(
+                on and on.group(1) == model
+            )
+            if limited:
+                self.rate_limited[prompt] = done + 1
+        if not limited:
+            return False
+        body = json.dumps(
+            {"error": {"message": "Rate limited: slow down", "type": "rate_limit_error"}}
+        ).encode()
+        h.send_response(429)
+        h.send_header("content-type", "application/json")
+        h.send_header("retry-after", "1")
+        h.send_header("content-length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+        return True
 
     def _start_sse(self, h: BaseHTTPRequestHandler) -> None:
         h.send_response(200)

@@ -33,7 +33,9 @@ async def _launch(manager: TaskManager, parent: str, prompt: str, **extra: objec
         "asyncagents_task",
         {"prompt": prompt, "agent": AGENT, "description": "a job", **extra},
     )
-    task = (await manager.list(parent))[0]
+    found = re.search(r"`(tsk_[0-9a-f]+)`", text)
+    assert found, text
+    task = next(t for t in await manager.list(parent) if t.id == found.group(1))
     label = f"`{task.id}`" + (" (forked)" if task.is_forked else "")
     assert text == (
         f"Background task started: {label}\nAgent: build\nDescription: a job\nStatus: running\n"
@@ -212,7 +214,8 @@ async def test_bad_arguments_text_names_every_field(manager: TaskManager, parent
         "- agent: must be a string (got 3)\n"
         '- fork: must be true or false (got "maybe")\n'
         "- colour: not an argument of asyncagents_task (its arguments: prompt, agent, "
-        "description, fork, resume, max_runtime, max_tool_calls, max_cost, max_tokens)"
+        "description, fork, resume, max_runtime, max_tool_calls, max_cost, max_tokens, when, "
+        "model, fork_turns)"
     )
     text = await run_tool(
         manager,

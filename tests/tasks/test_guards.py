@@ -310,7 +310,7 @@ async def test_a_task_not_started_yet_is_not_stopped_by_time_guards(
         text = "inherited"
         stats = None
 
-    def slow_fork(raw: bytes) -> Slow:
+    def slow_fork(raw: bytes, config: object = None) -> Slow:
         import time
 
         time.sleep(1.5)

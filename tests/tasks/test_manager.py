@@ -353,7 +353,17 @@ async def test_fork_of_a_real_session_injects_exactly_the_pipeline_text(
     task = await manager.task(parent, "go on", "explore", "real fork", fork=True)
     out = await manager.output(task.id, block=True, timeout=10)
     assert out.task.status is TaskStatus.COMPLETED, out.task.error
-    assert out.task.fork_stats == expected.stats.model_dump(mode="json")
+    assert out.task.fork_stats == {
+        **expected.stats.model_dump(mode="json"),
+        "char_budget": 200_000,
+        "budget_reason": (
+            "the default, which is smaller than what fits (sized to the context window of "
+            "inprocess/inprocess: 200000 tokens, less 8192 for output and 8000 for OpenCode's "
+            "system prompt and tools, at 3 characters a token, less 1000 characters for this "
+            "preamble and 5 for the task's prompt: 550419 characters)"
+        ),
+        "fork_turns": None,
+    }
     assert task.session_id
     child = await backend.messages(task.session_id)
     assert child[0]["parts"][0]["text"] == expected.text
@@ -363,7 +373,7 @@ async def test_fork_of_a_real_session_injects_exactly_the_pipeline_text(
 async def test_fork_failure_is_an_error_not_a_silent_fork(
     backend: InProcessBackend, store: InMemoryTaskStore | SQLiteTaskStore, parent: str
 ) -> None:
-    def broken(raw: bytes) -> object:
+    def broken(raw: bytes, config: object = None) -> object:
         raise ValueError("messages[0]: not an object")
 
     async with TaskManager(backend, store, _cfg(poll_interval=0.2), fork_builder=broken) as manager:  # type: ignore[arg-type]

@@ -13,7 +13,11 @@ const z = tool.schema
 /** The zod schema of one property of a tool's JSON Schema (the types the tools use). */
 function property(spec, required) {
   let schema
-  if (Array.isArray(spec.enum)) schema = z.enum(spec.enum)
+  if (Array.isArray(spec.anyOf) && spec.anyOf.length > 1) {
+    // e.g. fork_turns: "all" or a whole number
+    const [first, second, ...rest] = spec.anyOf.map((option) => property(option, true))
+    schema = z.union([first, second, ...rest])
+  } else if (Array.isArray(spec.enum)) schema = z.enum(spec.enum)
   else if (spec.type === "boolean") schema = z.boolean()
   else if (spec.type === "integer" || spec.type === "number") {
     schema = spec.type === "integer" ? z.number().int() : z.number()

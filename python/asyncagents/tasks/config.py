@@ -118,6 +118,36 @@ class TaskManagerConfig(BaseModel):
         description="the children's model as providerID=... and modelID=... "
         "(default: the server's default model)",
     )
+    allowed_models: tuple[str, ...] | None = Field(
+        default=None,
+        description="the models (provider/model) a task may ask for (default: any model the "
+        "server offers)",
+    )
+    models_ttl: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds one reading of the server's models (GET /config/providers) is used",
+    )
+    attempts: int = Field(
+        default=3,
+        ge=1,
+        description="tries of a turn that ends on a retryable provider error, on each model "
+        "(OpenCode's own retries within a try not counted)",
+    )
+    fallback_models: tuple[str, ...] = Field(
+        default=(),
+        description="models (provider/model) tried in turn, as often, once the task's model "
+        "has had its tries",
+    )
+    retry_initial: float = Field(
+        default=30.0,
+        ge=0,
+        description="first wait in seconds before a try again (doubled per try, longer than "
+        "OpenCode's own; a longer Retry-After wins)",
+    )
+    retry_max: float = Field(
+        default=300.0, ge=0, description="longest wait in seconds before a try again"
+    )
     follow_events: bool = Field(
         default=True,
         description="follow the server's event stream (without it, completion is found by "

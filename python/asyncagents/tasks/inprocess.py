@@ -85,6 +85,20 @@ class InProcessTurn:
 
 Responder = Callable[[InProcessTurn], Awaitable[str]]
 
+#: the one model the in-process backend offers by default (replies come from the responder)
+DEFAULT_PROVIDERS: JSON = {
+    "providers": [
+        {
+            "id": "inprocess",
+            "name": "In-process",
+            "models": {
+                "inprocess": {"id": "inprocess", "limit": {"context": 200_000, "output": 8_192}}
+            },
+        }
+    ],
+    "default": {"inprocess": "inprocess"},
+}
+
 
 class InProcessBackend:
     """A `SessionBackend` held in memory; `responder` produces each reply.
@@ -116,6 +130,9 @@ class InProcessBackend:
         self.fail_prompts: set[str] = set()
         self.prompts: list[tuple[str, JSON]] = []
         self.step_usage: JSON | None = None
+        #: what ``GET /config/providers`` answers, and the server's default model
+        self.providers_body: JSON = json.loads(json.dumps(DEFAULT_PROVIDERS))
+        self.default_model: str | None = "inprocess/inprocess"
 
     def session_ids(self) -> list[str]:
         """The ids of every session it holds (deleted ones are gone with all they had)."""
@@ -371,6 +388,15 @@ class InProcessBackend:
     async def status(self) -> Mapping[str, JSON]:
         self._guard()
         return {sid: {"type": "busy"} for sid, t in self._running.items() if not t.done()}
+
+    async def providers(self) -> JSON:
+        self._guard()
+        out: JSON = json.loads(json.dumps(self.providers_body))
+        return out
+
+    async def server_config(self) -> JSON:
+        self._guard()
+        return {"model": self.default_model} if self.default_model else {}
 
     async def events(self) -> AsyncIterator[JSON]:
         self._guard()

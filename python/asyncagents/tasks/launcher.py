@@ -15,8 +15,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..config import ForkConfig
 from .backend import PromptRequest, SessionBackend
+from .catalog import ModelCatalog, split_model
 from .config import TaskManagerConfig
+from .errors import BackendError
+from .fork_budget import fork_config, preamble_config
 from .models import Task, TaskStatus
 from .recorder import Recorder
 from .registry import Run
@@ -38,14 +42,15 @@ class ForkContextLike(Protocol):
     def stats(self) -> Any: ...
 
 
-ForkBuilder = Callable[[bytes], ForkContextLike]
+#: the fork pipeline: the parent's raw messages and the budget sized for the child's model
+ForkBuilder = Callable[[bytes, ForkConfig], ForkContextLike]
 
 
-def default_fork_builder(raw: bytes) -> ForkContextLike:
+def default_fork_builder(raw: bytes, config: ForkConfig | None = None) -> ForkContextLike:
     """The fork pipeline, imported on first use (it loads the Rust extension)."""
     from asyncagents import build_fork_context
 
-    ctx: ForkContextLike = build_fork_context(raw)
+    ctx: ForkContextLike = build_fork_context(raw, config)
     return ctx
 
 
@@ -68,7 +73,9 @@ class Launcher:
         watcher: Watcher,
         config: TaskManagerConfig,
         fork_builder: ForkBuilder,
+        catalog: ModelCatalog | None = None,
     ) -> None:
+        self._catalog = catalog or ModelCatalog(backend, config.allowed_models, config.models_ttl)
         self._backend = backend
         self._store = store
         self._recorder = recorder
@@ -77,16 +84,29 @@ class Launcher:
         self._fork_builder = fork_builder
 
     def request(self, task: Task, text: str, message_id: str | None) -> PromptRequest:
-        """A prompt to the child: its agent, the configured model, the message id chosen for it
-        (the same id sent twice is one message), and the task tools switched off unless the
-        child may start tasks of its own (its depth is below ``max_depth``)."""
+        """A prompt to the child: its agent, its model (the task's, else the configured one),
+        the message id chosen for it (the same id sent twice is one message), and the task tools
+        switched off unless the child may start tasks of its own (its depth is below
+        ``max_depth``)."""
         return PromptRequest(
             text=text,
             agent=task.agent or None,
             tools=disabled_tools() if task.depth >= self._config.max_depth else {},
-            model=self._config.model,
+            model=split_model(task.model) if task.model else self._config.model,
             message_id=message_id,
         )
+
+    async def fork_config(self, task: Task) -> ForkConfig:
+        """The fork's budget sized to the child model's context window (`fork_budget`); the
+        default budget when the server's models cannot be read now."""
+        name, info = task.model, None
+        try:
+            name = name or await self._catalog.default()
+            info = await self._catalog.info(name)
+        except (BackendError, AttributeError) as exc:
+            # a server that cannot say (or a backend without the call): the default budget
+            log.info("task %s: the server's models cannot be read (%s)", task.id, exc)
+        return fork_config(name, info, task.fork_turns, len(task.prompt))
 
     async def prepare_fork(self, task: Task) -> bool:
         """Build a forked task's context from its parent's messages now, inject it into the
@@ -110,9 +130,15 @@ class Launcher:
             else:
                 step = "fork: reading the parent's messages"
                 raw = await self._backend.messages_raw(task.parent_session_id)
+                step = "fork: sizing the budget"
+                config = await self.fork_config(task)
                 step = "fork: building the context"
-                ctx = await asyncio.to_thread(self._fork_builder, raw)
+                ctx = await asyncio.to_thread(self._fork_builder, raw, preamble_config(config))
                 stats = _stats_dict(ctx.stats)
+                if stats is not None:
+                    stats["char_budget"] = config.char_budget
+                    stats["budget_reason"] = config.budget_reason
+                    stats["fork_turns"] = config.fork_turns
                 if ctx.text:
                     step = "fork: injecting the context"
                     injected = await self._backend.prompt(

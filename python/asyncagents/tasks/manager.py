@@ -31,6 +31,7 @@ from pathlib import Path
 from .admission import Caps, QueuePlace, place_of
 from .admitter import Admitter
 from .backend import JSON, SessionBackend
+from .catalog import ModelCatalog, model_name
 from .config import TaskManagerConfig
 from .errors import (
     AmbiguousTaskIdError,
@@ -53,6 +54,7 @@ from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
 from .models import (
+    FollowUp,
     OutputResult,
     Task,
     TaskChange,
@@ -68,7 +70,15 @@ from .recorder import Listener, Recorder
 from .registry import Run, RunRegistry
 from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
-from .transitions import cancelled, resumed, retrieved, started
+from .transitions import (
+    MAX_QUEUED_FOLLOWUPS,
+    cancelled,
+    queue_followup,
+    resumed,
+    resumed_queued,
+    retrieved,
+    started,
+)
 from .usage import usd
 from .watcher import STALLED, Watcher, abort_quietly
 
@@ -187,6 +197,8 @@ class TaskManager:
             on_connect=self.courier.poke,
         )
         self.events = self.watcher.events
+        #: the server's models, for the `model` of a task and the fork's budget
+        self.catalog = ModelCatalog(backend, self.config.allowed_models, self.config.models_ttl)
         self.launcher = Launcher(
             backend,
             self.store,
@@ -194,6 +206,7 @@ class TaskManager:
             self.watcher,
             self.config,
             fork_builder or default_fork_builder,
+            self.catalog,
         )
         self.admitter = Admitter(
             self.store,
@@ -209,6 +222,7 @@ class TaskManager:
         self._forks: dict[str, asyncio.Task[None]] = {}
         #: tasks being created by `task` whose ``task.created`` was not told yet
         self._creating: set[str] = set()
+        self.watcher.on_followup = self._followup_due
         self.leases = LeaseKeeper(
             self.store,
             owner=self.instance_id,
@@ -305,11 +319,21 @@ class TaskManager:
         fork: bool = False,
         resume: str | None = None,
         limits: TaskLimits | None = None,
+        *,
+        model: str | None = None,
+        fork_turns: int | None = None,
+        when: str | None = None,
     ) -> Task:
         """Launch a task (or resume one, by id or unique id prefix) and return it at once.
 
         `limits` lower the config's runaway guards for this task (a value above the config's
-        is refused with a `TaskRequestError`).
+        is refused with a `TaskRequestError`). `model` (``provider/model``) must be one the
+        server offers and ``allowed_models`` allows (else `ModelRefusedError` names those
+        allowed); without it the child runs on the configured ``model``, else the server's
+        default. `fork_turns` keeps only the parent's last N user turns in a fork. With
+        `resume`, `when` sends a follow-up to a running task: ``"after_current"`` stores it
+        until the running turn ends, ``"now"`` aborts the running turn for it; a queued
+        follow-up is the next resume, with its own notice.
 
         The child session is created and the task stored, queued, here (a down server raises a
         `BackendError`, a failing store a `StoreError`, and nothing is left behind), then
@@ -326,10 +350,32 @@ class TaskManager:
         if not prompt or not prompt.strip():
             raise TaskRequestError("prompt is empty: give the sub-agent its full instructions.")
         asked = checked_limits(self.config, limits)
+        if resume and (model is not None or fork_turns is not None):
+            raise TaskRequestError(
+                "model and fork_turns apply to a new task; a resumed task keeps its model and "
+                "its history. Call asyncagents_task again without them."
+            )
+        if fork_turns is not None and not fork:
+            raise TaskRequestError(
+                "fork_turns applies only with fork=true. Call asyncagents_task again with "
+                "fork=true, or without fork_turns."
+            )
+        if fork_turns is not None and fork_turns < 1:
+            raise TaskRequestError('fork_turns must be "all" or a whole number of at least 1.')
+        if when is not None and when not in ("after_current", "now"):
+            raise TaskRequestError('when must be "after_current" or "now".')
+        if when is not None and not resume:
+            raise TaskRequestError(
+                "when applies only to a follow-up: give resume=<task id> with it, or leave it out."
+            )
         if resume:
-            return await self._resume(parent_session_id, resume, prompt, limits)
+            return await self._resume(parent_session_id, resume, prompt, limits, when)
         if not agent:
             raise TaskRequestError("agent is required for a new task.")
+        if model is not None:
+            await self.catalog.check(model)
+        else:
+            model = model_name(self.config.model)
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
         depth, root = await self._depth_of(parent_session_id)
         await self._check_tree_budget(root)
@@ -349,11 +395,12 @@ class TaskManager:
             agent=agent,
             description=description,
             is_forked=fork,
+            model=model,
+            fork_turns=fork_turns,
             backend=self.backend_name,
             owner=self.instance_id,
             status=TaskStatus.QUEUED,
             fork_pending=fork,
-            model=self.config.model_key,
             depth=depth,
             root_session_id=root,
             limits=asked,
@@ -396,9 +443,14 @@ class TaskManager:
         if block and task.status.pending:
             loop = asyncio.get_running_loop()
             begin = loop.time()
-            timed_out = not await self.recorder.wait_ended(task.id, timeout)
+            while True:
+                left = max(0.0, timeout - (loop.time() - begin))
+                timed_out = not await self.recorder.wait_ended(task.id, left)
+                task = await self._resolve(task.id, parent_session_id)
+                # a try again after a provider error is the same turn to the caller
+                if timed_out or not task.status.active or not task.tries:
+                    break
             waited = loop.time() - begin
-            task = await self._resolve(task.id, parent_session_id)
         if task.status.active:
             task = await self.watcher.fresh(task)
         elif task.result_retrieved_at is None:
@@ -451,19 +503,32 @@ class TaskManager:
     ) -> builtins.list[Task]:
         """The caller's own tasks on this backend, newest first."""
         await self.start()
-        return await self.store.list_tasks(
+        tasks = await self.store.list_tasks(
             parent_session_id, None if status is None else (status,), backend=self.backend_name
         )
+        for task in tasks:
+            # OpenCode retrying the provider is only in this manager's memory (from events)
+            run = self.registry.get(task.id)
+            if run is not None and run.turn == task.turn and run.progress.retry is not None:
+                task.progress = task.progress.model_copy(update={"retry": run.progress.retry})
+        return tasks
 
-    async def cancel(self, task_id: str, parent_session_id: str | None = None) -> Task:
+    async def cancel(
+        self,
+        task_id: str,
+        parent_session_id: str | None = None,
+        *,
+        dropped: builtins.list[int] | None = None,
+    ) -> Task:
         """Cancel a queued or running (or resumed) task: mark it cancelled, then abort its
         session if its turn was admitted (a queued one was never sent a prompt).
 
-        A cancelled follow-up returns the task to ``completed`` with its last result.
+        A cancelled follow-up returns the task to ``completed`` with its last result. Queued
+        follow-ups are dropped; their number is appended to `dropped`.
         """
         await self.start()
         task = await self._resolve(task_id, parent_session_id)
-        out = await self.recorder.apply(task.id, cancelled(), "task.cancelled")
+        out = await self.recorder.apply(task.id, cancelled(dropped), "task.cancelled")
         if out is None:
             current = await self.store.get(task.id)
             raise TaskNotRunningError(task.id, (current or task).status.value)
@@ -549,9 +614,28 @@ class TaskManager:
             raise TreeBudgetSpentError(root, usd(spent), usd(limit))
 
     async def _resume(
-        self, parent_session_id: str, task_id: str, prompt: str, limits: TaskLimits | None
+        self,
+        parent_session_id: str,
+        task_id: str,
+        prompt: str,
+        limits: TaskLimits | None,
+        when: str | None = None,
     ) -> Task:
         task = await self._resolve(task_id, parent_session_id)
+        if when is not None and task.status.active:
+            followup = FollowUp(prompt=prompt, interrupt=when == "now")
+            out = await self.recorder.apply(task.id, queue_followup(followup), "task.updated")
+            if out is not None:
+                if followup.interrupt and task.session_id:
+                    await abort_quietly(self.backend, task.session_id)
+                return out[0]
+            task = await self._resolve(task.id, parent_session_id)
+            if task.status.active and len(task.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
+                raise TaskRequestError(
+                    f"Task `{task.id}` already has {MAX_QUEUED_FOLLOWUPS} queued follow-ups; "
+                    "wait for its notices before queueing more."
+                )
+            # else it ended meanwhile: resumed below as a completed task
         if _being_resumed(task):
             raise TaskBeingResumedError(task.id)
         if task.status is not TaskStatus.COMPLETED:
@@ -645,6 +729,55 @@ class TaskManager:
         if await self.launcher.prepare_fork(task):
             self.admitter.poke()
 
+    def _followup_due(self, task: Task) -> None:
+        """A turn ended into a queued follow-up: send it (started in the store already), or,
+        when the turn's end could not name its last message, start it from here."""
+        if task.status.active and task.turn_started_at is None:
+            run = self.watcher.follow(task)
+            # a try again waits out its backoff as a plain job (a graceful close does not wait
+            # for it: the next owner sends it, with the same message id)
+            (self.jobs if task.retry_at is not None else self.launches).spawn(
+                self._send_turn(task, run)
+            )
+        elif task.status is TaskStatus.COMPLETED and task.pending_followups:
+            self.launches.spawn(self._send_queued(task))
+
+    async def _send_turn(self, task: Task, run: Run) -> None:
+        """Send a turn the store started without sending: a follow-up, or a try again after
+        a provider error (after its backoff, `retry_at`)."""
+        if task.retry_at is not None:
+            await asyncio.sleep(max(0.0, (task.retry_at - now_ms()) / 1000))
+            try:
+                current = await self.store.get(task.id)
+            except StoreError as exc:
+                log.info("try again of %s postponed: %s", task.id, exc)
+                current = task
+            if current is None or current.turn != task.turn or not current.status.active:
+                return  # cancelled or cleared while it waited
+        prompt = task.last_prompt or task.prompt
+        await self.launcher.resume(task, run, prompt, task.turn_after_message_id)
+
+    async def _send_queued(self, task: Task) -> None:
+        """Start a completed task's first queued follow-up (reads the child's last message)."""
+        assert task.session_id is not None
+        followup = task.pending_followups[0]
+        try:
+            session = await self.backend.get_session(task.session_id)
+            last = await self.backend.messages(task.session_id, limit=1)
+            after = str(last[-1]["info"]["id"]) if last else None
+            message_id = message_id_after(after, _created_ms(session), followup.token)
+            out = await self.recorder.apply(
+                task.id,
+                resumed_queued(followup.id, after, self.instance_id, message_id),
+                "task.resumed",
+                background=True,
+            )
+        except (BackendError, StoreError) as exc:
+            log.warning("queued follow-up of %s not sent: %s", task.id, exc)
+            return
+        if out is not None:
+            self._followup_due(out[0])
+
     def _admitted(self, tasks: builtins.list[Task]) -> None:
         """Follow the tasks this manager admitted, and send their prompts."""
         for task in tasks:
@@ -716,7 +849,11 @@ class TaskManager:
             # admitted, its prompt maybe never sent (and its fork maybe not prepared): send it
             # again (the same message id: one message, answered once)
             run = self.watcher.follow(task)
-            self.launches.spawn(self._launch(task, run))
+            if task.tries and task.status is not TaskStatus.RESUMED:
+                # a try again after a provider error (after its backoff)
+                self._followup_due(task)
+            else:
+                self.launches.spawn(self._launch(task, run))
         self.admitter.poke()
 
     async def _message_ids(self, task: Task) -> dict[str, JSON] | None:

@@ -74,6 +74,24 @@ class TaskProgress(BaseModel):
     last_tool: str | None = None
     last_activity_at: int | None = None
     steps: int = 0
+    #: OpenCode retrying the provider now: ``{attempt, message, next}`` (``next``: epoch ms)
+    retry: dict[str, Any] | None = None
+    #: how many times OpenCode retried the provider in this turn (its retry status's attempt)
+    provider_retries: int = 0
+    #: the model that answered the turn (``provider/model`` of its last assistant message)
+    model: str | None = None
+
+
+class FollowUp(BaseModel):
+    """A prompt for a running task, stored until its current turn ends (``when``)."""
+
+    id: str = Field(default_factory=lambda: new_id("fup"))
+    prompt: str
+    #: ``when="now"``: the running turn is aborted for it (it goes before the others)
+    interrupt: bool = False
+    #: the tail of its message id (`message_id_after`), so a re-sent prompt is one message
+    token: str = Field(default_factory=lambda: os.urandom(5).hex())
+    queued_at: int = Field(default_factory=now_ms)
 
 
 class TaskUsage(BaseModel):
@@ -152,13 +170,24 @@ class Task(BaseModel):
     result_retrieved_at: int | None = None
     progress: TaskProgress = Field(default_factory=TaskProgress)
     fork_stats: dict[str, Any] | None = None
+    #: the child's model, ``provider/model``; None: the server's default (per-model caps count
+    #: it under ``default``)
+    model: str | None = None
+    #: a fork keeps only the last N user turns of the parent; None: all
+    fork_turns: int | None = None
+    #: follow-ups sent to the running task, oldest first: each is the next resume
+    pending_followups: list[FollowUp] = Field(default_factory=list)
+    #: the model of each try of the current turn, once it was tried again after a provider
+    #: error (empty: one try)
+    tries: list[str | None] = Field(default_factory=list)
+    #: when the next try of the turn is sent (epoch ms), and the error it follows
+    retry_at: int | None = None
+    retry_error: str | None = None
     #: name of the backend (session server) the task runs on; other backends' managers skip it
     backend: str = ""
     #: instance id of the manager that follows the task (under its lease); None = nobody yet.
     #: A queued task's owner only prepares its fork: any live manager of the backend admits it
     owner: str | None = None
-    #: ``provider/model`` the child runs on (None: the server's default); per-model caps use it
-    model: str | None = None
     #: 1 for a task of a top-level session, 2 for a task its child started, and so on
     depth: int = 1
     #: the top-level session of the task's tree (its parent's root, else its parent)

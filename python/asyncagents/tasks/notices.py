@@ -30,6 +30,7 @@ from .errors import BackendError, SessionNotFoundError
 from .jobs import wait_event
 from .markdown import code, code_label
 from .models import Notice, NoticeKind, Task, now_ms
+from .retries import task_attempts
 from .store import TaskStore
 from .usage import usage_detail
 
@@ -77,11 +78,17 @@ def usage_line(task: Task) -> str:
     )
 
 
-def _notice_parts(notice_id: str, task: Task, kind: NoticeKind) -> tuple[str, str | None, str]:
-    """(text before the result, the result or None, text after it) of one ended turn; the
-    last line is always the usage."""
+def _notice_parts(
+    notice_id: str, task: Task, kind: NoticeKind, note: str = ""
+) -> tuple[str, str | None, str]:
+    """(text before the result, the result or None, text after it) of one ended turn; `note`
+    (a line) comes just before the last line, which is always the usage."""
     head = f"{notice_tag(notice_id)}\n"
-    usage = usage_line(task)
+    usage = f"{note}\n{usage_line(task)}" if note else usage_line(task)
+    model = f"Model: {task.model}\n" if task.model else ""
+    attempts = task_attempts(task)
+    if attempts:
+        model += attempts + "\n"
     read = code(f'asyncagents_output(task_id="{task.id}")')
     where = f"Read it again with {read}."
     label = code_label(task)
@@ -89,14 +96,15 @@ def _notice_parts(notice_id: str, task: Task, kind: NoticeKind) -> tuple[str, st
     if kind is NoticeKind.ERROR:
         return (
             f"{head}Background task {label} failed: {task.description}\n"
-            f"Error: {task.error}\n{where} Start a new asyncagents_task to try again.\n{usage}",
+            f"{model}Error: {task.error}\n{where} Start a new asyncagents_task to try again."
+            f"\n{usage}",
             None,
             "",
         )
     if kind is NoticeKind.RESUME_FAILED:
         return (
             f"{head}Background task {label} could not answer your follow-up: "
-            f"{task.description}\nError: {task.error}\n"
+            f"{task.description}\n{model}Error: {task.error}\n"
             "The task is completed again and keeps its previous result. "
             f"{where} Resume it with {resume}.\n{usage}",
             None,
@@ -106,23 +114,28 @@ def _notice_parts(notice_id: str, task: Task, kind: NoticeKind) -> tuple[str, st
     if kind is NoticeKind.RESUME_COMPLETED:
         return (
             f"{head}Background task {label} answered your follow-up: {task.description}\n"
-            "Full response:\n",
+            f"{model}Full response:\n",
             result,
             f"\n\n{where}\n{usage}",
         )
     return (
-        f"{head}Background task {label} completed: {task.description}\nResult:\n",
+        f"{head}Background task {label} completed: {task.description}\n{model}Result:\n",
         result,
         f"\n\n{where} Continue it with {resume}.\n{usage}",
     )
 
 
 def build_notice(
-    notice_id: str, task: Task, kind: NoticeKind, result_chars: int = NOTICE_RESULT_CHARS
+    notice_id: str,
+    task: Task,
+    kind: NoticeKind,
+    result_chars: int = NOTICE_RESULT_CHARS,
+    note: str = "",
 ) -> Notice:
-    """The notice of one ended turn, its result cut to `result_chars`; it keeps the whole
-    result and where it sits in the text, so a delivery of many can cut them all further."""
-    before, result, after = _notice_parts(notice_id, task, kind)
+    """The notice of one ended turn, its result cut to `result_chars` (and `note`, a line,
+    before its usage line); it keeps the whole result and where it sits in the text, so a
+    delivery of many can cut them all further."""
+    before, result, after = _notice_parts(notice_id, task, kind, note)
     if result is None:
         return Notice(
             id=notice_id,

@@ -14,7 +14,14 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
 from ..plain import surrogate_free
@@ -125,6 +132,44 @@ def _positive_count(value: Any) -> int | None:
     return int(number)
 
 
+#: the longest model name (``provider/model``) a call may give
+MAX_MODEL_CHARS = 300
+
+
+def _model(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _problem("must be a string written provider/model")
+    if len(value) > MAX_MODEL_CHARS:
+        raise _problem(f"is longer than {MAX_MODEL_CHARS} characters")
+    if not surrogate_free(value):
+        raise _problem("must be valid Unicode text (it holds a lone surrogate)")
+    return value.strip()
+
+
+def _fork_turns(value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "all")):
+        return None
+    try:
+        number = _number(value)
+    except PydanticCustomError:
+        raise _problem('must be "all" or a whole number of at least 1') from None
+    if not number.is_integer() or number < 1:
+        raise _problem('must be "all" or a whole number of at least 1')
+    if number > MAX_MESSAGE_LIMIT:
+        raise _problem(f"must be at most {MAX_MESSAGE_LIMIT}")
+    return int(number)
+
+
+def _when(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("after_current", "now"):
+        return value.strip().lower()
+    raise _problem('must be "after_current" or "now"')
+
+
 Text = Annotated[str, BeforeValidator(_text)]
 OptionalText = Annotated[str | None, BeforeValidator(_optional_text)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
@@ -187,6 +232,43 @@ class TaskArguments(ToolArguments):
             max_tokens=self.max_tokens,
         )
         return asked if asked != TaskLimits() else None
+
+    when: Annotated[
+        str | None,
+        BeforeValidator(_when),
+        WithJsonSchema({"type": "string", "enum": ["after_current", "now"]}),
+    ] = Field(
+        default=None,
+        description=(
+            "With resume, for a task still running: after_current sends the follow-up when its "
+            "current turn ends, now aborts that turn and sends it at once."
+        ),
+    )
+    model: Annotated[str | None, BeforeValidator(_model)] = Field(
+        default=None,
+        description=(
+            "Model for a new task, written provider/model (default: the configured model, "
+            "else the server's default)."
+        ),
+    )
+    fork_turns: Annotated[
+        int | None,
+        BeforeValidator(_fork_turns),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "enum": ["all"]},
+                    {"type": "integer", "minimum": 1, "maximum": MAX_MESSAGE_LIMIT},
+                ]
+            }
+        ),
+    ] = Field(
+        default=None,
+        description=(
+            'With fork=true: "all" (the default) or N, to give only your last N user turns '
+            "and what followed them."
+        ),
+    )
 
 
 class OutputArguments(ToolArguments):

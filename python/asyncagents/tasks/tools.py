@@ -22,6 +22,7 @@ from .errors import StoreError, TaskError
 from .markdown import code, code_label
 from .models import OutputResult, Task, TaskStatus, now_ms
 from .notices import usage_line
+from .retries import DEFAULT_MODEL_NAME, task_attempts
 from .tool_args import (
     DEFAULT_OUTPUT_TIMEOUT_SECONDS,
     MAX_OUTPUT_TIMEOUT_SECONDS,
@@ -35,6 +36,7 @@ from .tool_args import (
     parse_arguments,
     tool_parameters,
 )
+from .transitions import dropped_line
 from .usage import usage_compact
 
 if TYPE_CHECKING:
@@ -86,7 +88,9 @@ TASK_TOOL = ToolDefinition(
         "completes or fails; meanwhile keep working. fork=true gives the child a copy of "
         "this conversation (long tool outputs shortened, oldest messages dropped to fit). "
         "resume=<task id> sends a follow-up prompt to a completed task, which keeps its "
-        "history; fork and resume cannot be combined. Children cannot start tasks themselves."
+        "history (to a running one with when=after_current or when=now); fork and resume "
+        "cannot be combined. model=provider/model picks the child's model. Children cannot "
+        "start tasks themselves."
     ),
     parameters=tool_parameters(TaskArguments),
 )
@@ -146,6 +150,11 @@ def _ago(ms: int | None, now: int) -> str:
     return f"{max(0.0, (now - ms) / 1000):.0f}s ago"
 
 
+def _on(task: Task) -> str:
+    """`` on provider/model`` after the agent, when the task has its own model."""
+    return f" on {task.model}" if task.model else ""
+
+
 def _wait_call(task: Task) -> str:
     """The blocking read of `task`, as code."""
     return code(f'asyncagents_output(task_id="{task.id}", block=true)')
@@ -193,10 +202,51 @@ def format_started(
         )
     return (
         f"Background task started: {code_label(task)}\nAgent: {task.agent}\n"
-        f"Description: {task.description}\nStatus: {task.status.value}\n"
+        + (f"Model: {task.model}\n" if task.model else "")
+        + f"Description: {task.description}\nStatus: {task.status.value}\n"
         "You will get a notice in this session when it completes or fails; continue with "
         f"other work meanwhile. To wait for it now, call {_wait_call(task)}."
     )
+
+
+def format_queued(task: Task, *, interrupt: bool) -> str:
+    """Reply to asyncagents_task(resume=..., when=...) for a task still running."""
+    if interrupt:
+        return (
+            f"Follow-up for background task {code(task.id)}: {task.description}\n"
+            "Its running turn is being aborted; the follow-up is sent as soon as it stops. "
+            "You will get a notice with its response."
+        )
+    return (
+        f"Follow-up queued for background task {code(task.id)}: {task.description}\n"
+        f"It is sent when the running turn ends ({len(task.pending_followups)} follow-up(s) "
+        "queued). You will get a notice with its response."
+    )
+
+
+def retry_lines(task: Task, now: int) -> list[str]:
+    """A running task's provider trouble: OpenCode retrying now, or our try again waiting."""
+    lines: list[str] = []
+    retry = task.progress.retry
+    if retry is not None:
+        wait = retry.get("next")
+        when = f", next try in {max(0, (wait - now) / 1000):.0f}s" if isinstance(wait, int) else ""
+        lines.append(
+            f"OpenCode is retrying the provider: attempt {retry.get('attempt')} "
+            f"({retry.get('message')}){when}."
+        )
+    if task.tries:
+        on = task.model or DEFAULT_MODEL_NAME
+        if task.retry_at is not None and task.turn_started_at is None:
+            lines.append(
+                f"Try {len(task.tries)} on {on} in {max(0, (task.retry_at - now) / 1000):.0f}s, "
+                f"after a provider error: {task.retry_error}"
+            )
+        else:
+            lines.append(
+                f"Try {len(task.tries)} on {on}, after a provider error: {task.retry_error}"
+            )
+    return lines
 
 
 def format_output(
@@ -212,7 +262,14 @@ def _output_text(
 ) -> str:
     task = out.task
     now = now_ms()
-    head = f"Task {code_label(task)} [{task.status.value}] {task.agent}: {task.description}"
+    head = (
+        f"Task {code_label(task)} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
+    )
+    attempts = (
+        None if task.status.active or task.status is TaskStatus.QUEUED else task_attempts(task)
+    )
+    if attempts:
+        head += f"\n{attempts}"
     if task.status is TaskStatus.QUEUED:
         what = "follow-up" if task.resume_count > 0 else "task"
         lines = [head, f"Waiting in the queue: {queue_state(place, max_running)}."]
@@ -232,6 +289,11 @@ def _output_text(
             + (f" (last: {p.last_tool})" if p.last_tool else "")
             + f"; last activity {_ago(p.last_activity_at, now)}.",
         ]
+        if task.pending_followups:
+            lines.append(
+                f"{len(task.pending_followups)} queued follow-up(s) are sent when this turn ends."
+            )
+        lines.extend(retry_lines(task, now))
         if out.timed_out:
             lines.insert(0, f"Still running after waiting {out.waited_seconds:.0f}s.")
         lines.append(
@@ -259,22 +321,27 @@ def format_list(tasks: list[Task]) -> str:
         return EMPTY_LIST
     lines = ["Background tasks (newest first):"]
     for task in tasks:
+        tries = f" ({len(task.tries)} attempts)" if task.tries else ""
+        retry = task.progress.retry if task.status.active else None
+        if retry is not None:
+            tries += f" (OpenCode retrying the provider: attempt {retry.get('attempt')})"
         lines.append(
-            f"- {code_label(task)} [{task.status.value}] {task.agent}: {task.description} "
-            f"({usage_compact(task.usage)})"
+            f"- {code_label(task)} [{task.status.value}] {task.agent}{_on(task)}: "
+            f"{task.description}{tries} ({usage_compact(task.usage)})"
         )
     return "\n".join(lines)
 
 
-def format_cancelled(task: Task) -> str:
+def format_cancelled(task: Task, dropped: int = 0) -> str:
     """Reply to asyncagents_cancel (a cancelled follow-up leaves the task completed)."""
+    tail = f"\n{dropped_line(dropped)}" if dropped else ""
     if task.status is TaskStatus.COMPLETED:
         return (
             f"Cancelled the follow-up of background task {code_label(task)}: "
             f"{task.description}\n"
-            "It is completed again with its previous result."
+            "It is completed again with its previous result." + tail
         )
-    return f"Cancelled background task {code_label(task)}: {task.description}"
+    return f"Cancelled background task {code_label(task)}: {task.description}" + tail
 
 
 def format_cleared(tasks: list[Task]) -> str:
@@ -354,7 +421,13 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         fork=args.fork,
         resume=args.resume,
         limits=args.limits,
+        model=args.model,
+        fork_turns=args.fork_turns,
+        when=args.when,
     )
+    queued = [f for f in task.pending_followups if f.prompt == args.prompt]
+    if args.when is not None and queued:
+        return format_queued(task, interrupt=queued[-1].interrupt)
     place = await _place(manager, task)
     if task.status is TaskStatus.QUEUED and place is None:
         # no longer queued: admitted meanwhile (by any manager), so say it started
@@ -426,7 +499,9 @@ async def _dispatch(
     if isinstance(args, ListArguments):
         return format_list(await manager.list(session_id, status=args.status))
     if isinstance(args, CancelArguments):
-        return format_cancelled(await manager.cancel(args.task_id, parent_session_id=session_id))
+        dropped: list[int] = []
+        task = await manager.cancel(args.task_id, parent_session_id=session_id, dropped=dropped)
+        return format_cancelled(task, sum(dropped))
     return format_cleared(await manager.clear(session_id))
 
 

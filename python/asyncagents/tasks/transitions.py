@@ -12,9 +12,11 @@ the follow-up failed. A queued turn leaves the queue by `admitted` (see `admissi
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .models import (
+    FollowUp,
     Notice,
     NoticeKind,
     Task,
@@ -22,6 +24,7 @@ from .models import (
     TaskProgress,
     TaskStatus,
     TaskUsage,
+    message_id_after,
     new_id,
     now_ms,
 )
@@ -75,6 +78,7 @@ def started(turn: int, after_message_id: str | None) -> Mutation:
             return None
         t.turn_after_message_id = after_message_id
         t.turn_started_at = now_ms()
+        t.retry_at = None
         _touch(t)
         return t, None
 
@@ -92,12 +96,15 @@ def finished(
     owner: str | None = None,
     usage: Usage | None = None,
     result_chars: int = NOTICE_RESULT_CHARS,
+    after: str | None = None,
 ) -> Mutation:
     """End the turn once, with its notice for the parent (saved in the same transaction).
 
     With `owner`, only while that manager owns the task (after a takeover, the new owner ends it).
     A queued turn can end too (its fork could not be prepared).
     The notice carries at most `result_chars` characters of the result.
+    `after`: the turn's last message id, when known; a task left ``completed`` with queued
+    follow-ups then starts the first of them in the same write (see `FollowUp`).
     """
 
     def mutate(t: Task) -> Outcome:
@@ -105,6 +112,12 @@ def finished(
             return None
         if owner is not None and t.owner is not None and t.owner != owner:
             return None
+        if t.pending_followups and t.pending_followups[0].interrupt and after is not None:
+            # aborted for a follow-up sent with when="now": no notice, the follow-up goes next
+            if status is TaskStatus.COMPLETED:
+                t.result = text  # it ended before the abort did
+            _start_next(t, after)
+            return t, None
         followup = t.resume_count > 0
         t.completed_at = now_ms()
         _touch(t)
@@ -126,9 +139,106 @@ def finished(
                 kind = NoticeKind.RESUME_COMPLETED if followup else NoticeKind.COMPLETED
             else:
                 kind = NoticeKind.ERROR
-        if not notify:
-            return t, None
-        return t, build_notice(new_id("ntc"), t, kind, result_chars)
+        dropped = 0
+        if t.status is not TaskStatus.COMPLETED and t.pending_followups:
+            # the task ended for good: nothing can answer its queued follow-ups
+            dropped = len(t.pending_followups)
+            t.pending_followups = []
+        notice: Notice | None = None
+        if notify:
+            note = dropped_line(dropped) if dropped else ""
+            notice = build_notice(new_id("ntc"), t, kind, result_chars, note)
+        if t.status is TaskStatus.COMPLETED and t.pending_followups and after is not None:
+            # the next queued follow-up is the next resume, in the same write: a takeover
+            # finds it to send (its message id is chosen here, so it is sent once)
+            _start_next(t, after)
+        return t, notice
+
+    return mutate
+
+
+def retried(turn: int, after: str, model: str | None, delay: float, error: str) -> Mutation:
+    """The turn ended on a retryable provider error: the same prompt goes again, as a new user
+    message after `after` (a turn that completed is never repeated), on `model`, in `delay`
+    seconds. No notice: the parent hears once, at the end."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.turn != turn or not t.status.active:
+            return None
+        t.tries = [*(t.tries or [t.model]), model]
+        t.model = model
+        t.turn += 1
+        t.turn_after_message_id = after
+        t.prompt_message_id = message_id_after(after, 0, os.urandom(5).hex())
+        t.turn_started_at = None
+        t.retry_at = now_ms() + int(delay * 1000)
+        t.retry_error = error
+        t.progress = TaskProgress()
+        _touch(t)
+        return t, None
+
+    return mutate
+
+
+def dropped_line(count: int) -> str:
+    """What the parent is told of queued follow-ups dropped by a cancel or a failure."""
+    return f"Dropped {count} queued follow-up(s); they were not sent."
+
+
+def _start_next(t: Task, after: str) -> None:
+    """Start the first queued follow-up as the next resume: its prompt goes after `after`."""
+    followup = t.pending_followups.pop(0)
+    t.status = TaskStatus.RESUMED
+    t.resume_count += 1
+    t.turn += 1
+    t.last_prompt = followup.prompt
+    t.turn_after_message_id = after
+    t.prompt_message_id = message_id_after(after, 0, followup.token)
+    t.turn_started_at = None
+    t.tries = []
+    t.retry_at = None
+    t.retry_error = None
+    t.result_retrieved_at = None
+    t.error = None
+    t.progress = TaskProgress()
+    _touch(t)
+
+
+#: the most follow-ups one task holds queued (each is a stored prompt)
+MAX_QUEUED_FOLLOWUPS = 20
+
+
+def queue_followup(followup: FollowUp) -> Mutation:
+    """Store a follow-up for the running turn's end; one sent with ``when="now"`` goes before
+    those waiting (after any other "now" one). Declines past `MAX_QUEUED_FOLLOWUPS`."""
+
+    def mutate(t: Task) -> Outcome:
+        if not t.status.active or len(t.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
+            return None
+        at = len(t.pending_followups)
+        if followup.interrupt:
+            at = sum(1 for f in t.pending_followups if f.interrupt)
+        t.pending_followups.insert(at, followup)
+        _touch(t)
+        return t, None
+
+    return mutate
+
+
+def resumed_queued(followup_id: str, after: str | None, owner: str, message_id: str) -> Mutation:
+    """A completed task's first queued follow-up starts (when its turn's end could not name
+    the last message, the follow-up is sent from here)."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.status is not TaskStatus.COMPLETED or not t.pending_followups:
+            return None
+        if t.pending_followups[0].id != followup_id:
+            return None
+        t.owner = owner
+        _start_next(t, after or "")
+        t.turn_after_message_id = after
+        t.prompt_message_id = message_id
+        return t, None
 
     return mutate
 
@@ -139,15 +249,19 @@ CANCELLED_BY_PARENT = "cancelled by the parent"
 FOLLOWUP_CANCELLED = "the follow-up was cancelled by the parent"
 
 
-def cancelled() -> Mutation:
+def cancelled(dropped: list[int] | None = None) -> Mutation:
     """The parent cancelled the queued or running turn (no notice: the parent did it).
 
-    A cancelled follow-up returns the task to ``completed`` with its last result.
+    A cancelled follow-up returns the task to ``completed`` with its last result. Queued
+    follow-ups are dropped; their number is appended to `dropped`.
     """
 
     def mutate(t: Task) -> Outcome:
         if not t.status.pending:
             return None
+        if dropped is not None:
+            dropped.append(len(t.pending_followups))
+        t.pending_followups = []
         t.completed_at = now_ms()
         _touch(t)
         if t.resume_count > 0:
@@ -194,6 +308,9 @@ def resumed(
         if limits is not None:
             asked = limits.model_dump(exclude_none=True)
             t.limits = t.limits.model_copy(update=asked)
+        t.tries = []
+        t.retry_at = None
+        t.retry_error = None
         _touch(t)
         return t, None
 

@@ -24,6 +24,8 @@ class TurnState(BaseModel):
     done: bool = False
     error: str | None = None
     error_name: str | None = None
+    #: the assistant message's ``error`` as OpenCode stored it (for the retry decision)
+    error_object: dict[str, Any] | None = None
     text: str = ""
     progress: TaskProgress = TaskProgress()
     #: the ids of the turn's tool calls (`tool_call_id`)
@@ -31,6 +33,8 @@ class TurnState(BaseModel):
     #: what the messages hold so far (messages, parts, characters, tool states): it changes
     #: whenever the child makes progress, so two reads that differ prove progress
     activity: tuple[int, int, int, int] = (0, 0, 0, 0)
+    #: the id of the turn's last message, once it is done (a follow-up's prompt goes after it)
+    last_message_id: str | None = None
 
     @property
     def aborted(self) -> bool:
@@ -89,6 +93,8 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
         if info.get("role") != "assistant" or info.get("summary") is True:
             continue
         progress.steps += 1
+        if isinstance(info.get("providerID"), str) and isinstance(info.get("modelID"), str):
+            progress.model = f"{info['providerID']}/{info['modelID']}"
         for part in message.get("parts") or ():
             if not isinstance(part, dict):
                 continue
@@ -111,8 +117,10 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
     last = _dict(turn[-1].get("info"))
     if last.get("role") != "assistant":
         return state
+    state.last_message_id = str(last.get("id") or "") or None
     if last.get("error"):
         state.error_name, state.error = format_error(last["error"])
+        state.error_object = last["error"] if isinstance(last["error"], dict) else None
         state.done = True
         return state
     finish = last.get("finish")

@@ -37,8 +37,9 @@ from .jobs import Jobs
 from .models import Task, TaskProgress, TaskStatus, now_ms
 from .recorder import Recorder, end_kind
 from .registry import Run, RunRegistry
+from .retries import plan_retry, retry_status
 from .store import TaskStore
-from .transitions import Usage, counted, finished
+from .transitions import Usage, counted, finished, retried
 from .turns import TurnState, format_error, read_turn, tool_call_id
 from .usage import session_usage
 
@@ -85,6 +86,9 @@ class Watcher:
         self.tree = TreeSpend(store, 5.0, int(getattr(config, "max_depth", 1)))
         self._loop_task: asyncio.Task[None] | None = None
         self._running = False
+        #: called with a task whose turn ended into its next queued follow-up (set by the
+        #: manager, which sends it)
+        self.on_followup: Callable[[Task], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -161,7 +165,7 @@ class Watcher:
             if state is None:
                 return
             if state.done:
-                await self._end_turn(run, state)
+                await self._end_turn(run, state, task)
                 return
             limits = limits_of(self._config, task)
             reason = await self._guard_reason(run, task)
@@ -192,7 +196,7 @@ class Watcher:
             if state is None:
                 return
             if state.done:
-                await self._end_turn(run, state)
+                await self._end_turn(run, state, task)
             elif run.first_error is not None:
                 # an error before any assistant message (bad agent/model...)
                 await self.finish(run.task_id, run.turn, TaskStatus.ERROR, error=run.first_error)
@@ -225,13 +229,35 @@ class Watcher:
         # calls events showed that these messages do not have yet still count
         state.progress.tool_calls += len(run.call_ids - state.call_ids)
         run.call_ids |= state.call_ids
+        state.progress.retry = run.progress.retry
+        state.progress.provider_retries = run.progress.provider_retries
         counted, run.progress = run.progress.tool_calls, state.progress
         if not state.done and run.progress.tool_calls != counted:
             self._report_progress(run)
         return state
 
-    async def _end_turn(self, run: Run, state: TurnState) -> None:
-        """Finish a run whose turn the messages prove ended: its reply, or its error."""
+    async def _end_turn(self, run: Run, state: TurnState, task: Task) -> None:
+        """Finish a run whose turn the messages prove ended: its reply, or its error; a
+        retryable provider error is tried again instead (`retries`), while tries remain."""
+        plan = None
+        interrupted = bool(task.pending_followups) and task.pending_followups[0].interrupt
+        if state.error is not None and state.last_message_id and not interrupted:
+            config = self._config
+            plan = plan_retry(
+                state.error_object,
+                task.model,
+                task.tries or [task.model],
+                attempts=config.attempts,
+                fallback_models=config.fallback_models,
+                initial=config.retry_initial,
+                longest=config.retry_max,
+            )
+        if plan is not None and state.last_message_id is not None and state.error is not None:
+            mutate = retried(run.turn, state.last_message_id, plan.model, plan.delay, state.error)
+            out = await self._recorder.apply(run.task_id, mutate, "task.updated", background=True)
+            if out is not None and self.on_followup is not None:
+                self.on_followup(out[0])
+            return
         await self.finish(
             run.task_id,
             run.turn,
@@ -240,6 +266,7 @@ class Watcher:
             text=state.text,
             progress=state.progress,
             usage=run_usage(run),
+            after=state.last_message_id,
         )
 
     # -- guards and accounting ----------------------------------------------------------------
@@ -312,8 +339,10 @@ class Watcher:
         error: str | None = None,
         progress: TaskProgress | None = None,
         usage: Usage | None = None,
+        after: str | None = None,
     ) -> Task | None:
-        """End a turn once (compare-and-set on turn and status), with its notice."""
+        """End a turn once (compare-and-set on turn and status), with its notice; a queued
+        follow-up that starts with it (or must be started) goes to `on_followup`."""
         mutate = finished(
             turn,
             status,
@@ -324,13 +353,19 @@ class Watcher:
             owner=self._owner,
             usage=usage,
             result_chars=self._config.notice_result_chars,
+            after=after,
         )
         out = await self._recorder.apply(task_id, mutate, end_kind, background=True)
         if out is None:
             return None
         if usage is not None:
             self.tree.forget(out[0].tree_id)
-        return out[0]
+        task = out[0]
+        if self.on_followup is not None and (
+            task.status.active or (task.status is TaskStatus.COMPLETED and task.pending_followups)
+        ):
+            self.on_followup(task)
+        return task
 
     async def session_gone(self, run: Run) -> None:
         """The child session of a followed run was deleted: end the task, stop its run.
@@ -354,9 +389,12 @@ class Watcher:
                 pass
             else:
                 total, turn, by_model = session_usage(messages, after)
+                progress = read_turn(messages, after).progress
+                if run is not None:
+                    progress.retry = run.progress.retry
                 return task.model_copy(
                     update={
-                        "progress": read_turn(messages, after).progress,
+                        "progress": progress,
                         "usage": total,
                         "turn_usage": turn,
                         "usage_by_model": by_model,
@@ -379,6 +417,7 @@ class Watcher:
                 delta_run = self._registry.by_session(sid)
                 if delta_run is not None:
                     delta_run.progressed()
+                    delta_run.progress.retry = None  # the provider answers again
             return
         sid = event_session_id(event)
         if sid is None:
@@ -396,6 +435,16 @@ class Watcher:
                 self.schedule_check(run.task_id)
             # a parent that went idle can take its waiting notices now
             self._on_parent_idle(sid)
+        elif kind == "session.status" and run is not None:
+            status = event_properties(event).get("status")
+            retry = retry_status(status) if isinstance(status, dict) else None
+            if retry is not None and retry != run.progress.retry:
+                # OpenCode retries the provider: alive, and shown as it happens
+                run.progress.retry = retry
+                attempt = retry.get("attempt")
+                if isinstance(attempt, int):
+                    run.progress.provider_retries = max(run.progress.provider_retries, attempt)
+                self._report_progress(run)
         elif kind == "session.error":
             if run is not None:
                 _, text = format_error(event_properties(event).get("error"))

@@ -252,7 +252,7 @@ function filters() {
 function matches(task, f) {
   if (!f.statuses.has(task.status)) return false;
   if (!f.text) return true;
-  return [task.id, task.agent, task.description, task.prompt, task.parent_session_id]
+  return [task.id, task.agent, task.model, task.description, task.prompt, task.parent_session_id]
     .some((v) => (v || "").toLowerCase().includes(f.text));
 }
 
@@ -274,7 +274,7 @@ function fillRow(row, task) {
   id.title = task.id;
   if (task.is_forked) id.append(el("span", "mark", "(forked)"));
   if (task.resume_count > 0) id.append(el("span", "mark", "(resumed)"));
-  const agent = el("span", "agent", task.agent);
+  const agent = el("span", "agent", task.model ? `${task.agent} · ${task.model}` : task.agent);
   const desc = el("span", "desc", task.description);
   desc.title = task.description;
   const dur = el("span", "dur", fmtDuration(durationOf(task)));
@@ -289,7 +289,8 @@ function fillRow(row, task) {
   const cost = el("span", "cost", fmtCost(usage.cost));
   row.append(badge, id, agent, desc, dur, tools, tokens, cost);
   const marks = `${task.is_forked ? " (forked)" : ""}${task.resume_count > 0 ? " (resumed)" : ""}`;
-  row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}, ${task.id}${marks}`);
+  const on = task.model ? ` on ${task.model}` : "";
+  row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}${on}, ${task.id}${marks}`);
 }
 
 function makeRow(task, level) {
@@ -428,6 +429,19 @@ function renderDetail(id) {
   const p = task.progress || {};
   field(dl, "Description", task.description);
   field(dl, "Agent", task.agent);
+  field(dl, "Model", task.model || "the server's default");
+  if (task.tries && task.tries.length) {
+    field(dl, "Attempts", `${task.tries.length}: ${task.tries.map((m) => m || "default").join(", ")}`);
+  }
+  if (task.retry_error) field(dl, "Last provider error", task.retry_error);
+  const retry = p.retry;
+  if (retry) {
+    const next = retry.next ? `, next try ${fmtTime(retry.next)}` : "";
+    field(dl, "OpenCode retrying", `attempt ${retry.attempt}: ${retry.message}${next}`);
+  }
+  if (task.pending_followups && task.pending_followups.length) {
+    field(dl, "Queued follow-ups", String(task.pending_followups.length));
+  }
   field(dl, "Parent session", task.parent_session_id);
   field(dl, "Child session", task.session_id);
   field(dl, "Created", fmtTime(task.created_at));
