@@ -220,9 +220,11 @@ class TaskManager:
         self.recorder.add_listener(self._on_change)
         #: fork contexts being prepared in this process, by task id
         self._forks: dict[str, asyncio.Task[None]] = {}
-        #: tasks being created by `task` whose ``task.created`` was not told yet
+        #: tasks being created by `task` whose ``task.created`` was not told yet, and those of
+        #: them another pass of this manager admitted (for `task` to return)
         self._creating: set[str] = set()
         self.watcher.on_followup = self._followup_due
+        self._created: dict[str, Task] = {}
         self.leases = LeaseKeeper(
             self.store,
             owner=self.instance_id,
@@ -422,7 +424,8 @@ class TaskManager:
         if task.id in self._creating:
             self._creating.discard(task.id)
             self.recorder.changed(task, "task.created")
-        return task
+        # admitted by a pass that ran meanwhile: the task as that pass left it
+        return self._created.pop(task.id, task)
 
     async def output(
         self,
@@ -783,6 +786,8 @@ class TaskManager:
         for task in tasks:
             created = task.id in self._creating
             self._creating.discard(task.id)
+            if created:
+                self._created[task.id] = task
             self.recorder.changed(task, "task.created" if created else "task.updated")
             run = self.watcher.follow(task)
             self.launches.spawn(self._launch(task, run))

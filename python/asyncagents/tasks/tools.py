@@ -430,11 +430,16 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         return format_queued(task, interrupt=queued[-1].interrupt)
     place = await _place(manager, task)
     if task.status is TaskStatus.QUEUED and place is None:
-        # no longer queued: admitted meanwhile (by any manager), so say it started
+        # no longer queued: admitted meanwhile (by any manager), so say it started (as it did
+        # then; it may have ended since, which its notice tells)
         try:
-            task = await manager.store.get(task.id) or task
+            fresh = await manager.store.get(task.id)
         except TaskError as exc:
             log.info("%s cannot be read again: %s", task.id, exc)
+            fresh = None
+        if fresh is not None and fresh.status is not TaskStatus.QUEUED:
+            started = TaskStatus.RESUMED if fresh.resume_count > 0 else TaskStatus.RUNNING
+            task = fresh.model_copy(update={"status": started})
     return format_started(task, place, manager.config.max_running)
 
 
