@@ -117,6 +117,10 @@ class InProcessBackend:
     sessions are gone with it).
     """
 
+    #: its sessions live in this object only: a manager deletes the child sessions of cleared
+    #: tasks by default (nobody else could open them), which it leaves on a real server
+    sessions_private = True
+
     def __init__(self, responder: Responder, *, event_queue_size: int = 100_000) -> None:
         self.name = f"inprocess:{os.urandom(8).hex()}"
         self.responder = responder

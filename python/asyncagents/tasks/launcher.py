@@ -25,7 +25,7 @@ from .models import Task, TaskStatus
 from .recorder import Recorder
 from .registry import Run
 from .store import TaskStore
-from .tools import disabled_tools
+from .tool_names import disabled_tools
 from .transitions import fork_prepared, started
 from .watcher import Watcher, abort_quietly
 

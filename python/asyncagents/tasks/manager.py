@@ -50,7 +50,6 @@ from .errors import (
     TreeBudgetSpentError,
 )
 from .guards import checked_limits
-from .inprocess import InProcessBackend
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
 from .models import (
@@ -69,7 +68,7 @@ from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
 from .registry import Run, RunRegistry
 from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
-from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
+from .tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import (
     MAX_QUEUED_FOLLOWUPS,
     cancelled,
@@ -234,7 +233,7 @@ class TaskManager:
         )
         delete = self.config.delete_cleared_sessions
         self._delete_cleared = (
-            delete if delete is not None else isinstance(backend, InProcessBackend)
+            delete if delete is not None else getattr(backend, "sessions_private", False)
         )
         self._start_lock = asyncio.Lock()
         self._started = False

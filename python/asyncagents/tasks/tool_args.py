@@ -26,9 +26,8 @@ from pydantic_core import PydanticCustomError
 
 from ..plain import surrogate_free
 from .models import TaskLimits, TaskStatus
+from .tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 
-#: the one default wait of asyncagents_output(block=true), in code and in its description
-DEFAULT_OUTPUT_TIMEOUT_SECONDS = 120.0
 #: the longest wait a caller may ask for
 MAX_OUTPUT_TIMEOUT_SECONDS = 600.0
 #: the most messages asyncagents_output returns at once

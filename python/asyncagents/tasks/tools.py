@@ -24,7 +24,6 @@ from .models import OutputResult, Task, TaskStatus, now_ms
 from .notices import usage_line
 from .retries import DEFAULT_MODEL_NAME, task_attempts
 from .tool_args import (
-    DEFAULT_OUTPUT_TIMEOUT_SECONDS,
     MAX_OUTPUT_TIMEOUT_SECONDS,
     CancelArguments,
     ClearArguments,
@@ -35,6 +34,16 @@ from .tool_args import (
     describe_problems,
     parse_arguments,
     tool_parameters,
+)
+from .tool_names import (
+    CANCEL,
+    CLEAR,
+    DEFAULT_OUTPUT_TIMEOUT_SECONDS,
+    LIST,
+    OUTPUT,
+    TASK,
+    TOOL_NAMES,
+    disabled_tools,
 )
 from .transitions import dropped_line
 from .usage import usage_compact
@@ -54,18 +63,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TASK = "asyncagents_task"
-OUTPUT = "asyncagents_output"
-LIST = "asyncagents_list"
-CANCEL = "asyncagents_cancel"
-CLEAR = "asyncagents_clear"
-TOOL_NAMES: tuple[str, ...] = (TASK, OUTPUT, LIST, CANCEL, CLEAR)
 EMPTY_LIST = "No background tasks found"
-
-
-def disabled_tools() -> dict[str, bool]:
-    """The ``tools`` body field that keeps a child from spawning tasks of its own."""
-    return dict.fromkeys(TOOL_NAMES, False)
 
 
 class ToolDefinition(BaseModel):
