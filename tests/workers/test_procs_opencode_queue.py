@@ -11,6 +11,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -119,12 +120,20 @@ def test_max_running_3_twenty_forked_tasks_two_parents_two_workers(
     assert 1 <= sampler.most(mine) <= MAX_RUNNING
     # the whole run took at least the 1 s turns 3 at a time (7 rounds)
     assert elapsed >= TASKS // MAX_RUNNING
-    # fair: the parents take turns; neither's k-th task starts after the other's (k + 2)-th
+    # fair: once both parents' tasks wait, the parents take turns (a task whose fork is still
+    # being prepared is skipped for the next one, so not strictly one each): the admissions
+    # switch parents often, where first-in-first-out would run one parent's queue out first
     starts = defaultdict(list)
     for task in mine:
         assert task.admitted_at is not None
         starts[task.parent_session_id].append(task.admitted_at)
-    a, b = (sorted(starts[p]) for p in parents)
-    assert len(a) == len(b) == TASKS // 2
-    for k in range(TASKS // 2 - 2):
-        assert a[k] <= b[k + 2] and b[k] <= a[k + 2], (a, b)
+    assert [len(starts[p]) for p in parents] == [TASKS // 2] * 2
+    both_waiting = max(task.created_at for task in mine)
+    order = sorted(
+        (task.admitted_at or 0, parents.index(task.parent_session_id))
+        for task in mine
+        if (task.admitted_at or 0) > both_waiting
+    )
+    counts = [sum(1 for _, p in order if p == n) for n in (0, 1)]
+    switches = sum(1 for (_, p), (_, q) in pairwise(order) if p != q)
+    assert switches >= min(counts) // 2, order
