@@ -177,7 +177,7 @@ async def launches(url: str, parent: str, count: int, fork: bool, store: Path) -
     manager = TaskManager(
         backend,
         SQLiteTaskStore(store),
-        TaskManagerConfig(notify_parent=False, wake="never"),
+        TaskManagerConfig(notify_parent=False, wake="never", max_running=10_000),
         fork_builder=builder,
     )
     await manager.start()
