@@ -154,9 +154,9 @@ class TimedBuilder:
     def __init__(self) -> None:
         self.spans: list[tuple[float, float]] = []
 
-    def __call__(self, raw: bytes) -> Any:
+    def __call__(self, raw: bytes, config: Any = None) -> Any:
         start = time.perf_counter()
-        ctx = build_fork_context(raw)
+        ctx = build_fork_context(raw, config)
         self.spans.append((start, time.perf_counter()))
         return ctx
 
