@@ -154,9 +154,9 @@ class TimedBuilder:
     def __init__(self) -> None:
         self.spans: list[tuple[float, float]] = []
 
-    def __call__(self, raw: bytes) -> Any:
+    def __call__(self, raw: bytes, config: Any = None) -> Any:
         start = time.perf_counter()
-        ctx = build_fork_context(raw)
+        ctx = build_fork_context(raw, config)
         self.spans.append((start, time.perf_counter()))
         return ctx
 
@@ -177,7 +177,7 @@ async def launches(url: str, parent: str, count: int, fork: bool, store: Path) -
     manager = TaskManager(
         backend,
         SQLiteTaskStore(store),
-        TaskManagerConfig(notify_parent=False, wake="never"),
+        TaskManagerConfig(notify_parent=False, wake="never", max_running=10_000),
         fork_builder=builder,
     )
     await manager.start()

@@ -1,7 +1,8 @@
 """The task service over 100,000 finished tasks, on SQLite and on PostgreSQL.
 
 For each store: fill it with `--tasks` finished tasks (three months of an agent server's history:
-four agents, three end states, tool calls by name, prompts and results of a few hundred words),
+four agents, three models, three end states, tool calls by name, tokens and cost, prompts and
+results of a few hundred words, 20 tasks a parent session and 5 parents a tree),
 start the service as ``asyncagents serve`` runs it (`asyncagents.service.server.serve`, uvicorn on
 127.0.0.1) over a real ``opencode serve``, then:
 
@@ -39,13 +40,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from asyncagents.tasks.models import Task, TaskProgress, TaskStatus  # noqa: E402
+from asyncagents.tasks.models import Task, TaskProgress, TaskStatus, TaskUsage  # noqa: E402
 from asyncagents.tasks.store import SQLiteTaskStore  # noqa: E402
-from asyncagents.tasks.store.rows import REBUILD_TOTALS  # noqa: E402
+from asyncagents.tasks.store.rows import (  # noqa: E402
+    REBUILD_TOTALS,
+    USAGE_COLUMNS,
+    usage_values,
+)
 
 TOKEN = "bench-token-0123456789abcdef0123456789"
 AGENTS = ("general", "explore", "build", "review")
 TOOLS = ("read", "grep", "bash", "edit", "glob", "webfetch")
+MODELS = ("anthropic/claude-sonnet-4", "openai/gpt-5-mini", "google/gemini-2.5-flash")
 WORDS = (
     "module parser cache index request handler schema migration test fixture queue worker "
     "lease notice session prompt result error config option route token page cursor filter "
@@ -78,9 +84,22 @@ def make_tasks(n: int, backend: str, seed: int = 7) -> Iterator[Task]:
         for _ in range(rng.randint(0, 12)):
             name = rng.choice(TOOLS)
             tools[name] = tools.get(name, 0) + 1
+        model = MODELS[i % len(MODELS)]
+        usage = TaskUsage(
+            input_tokens=rng.randint(2_000, 60_000),
+            output_tokens=rng.randint(200, 4_000),
+            cache_read_tokens=rng.randint(0, 40_000),
+            cost=rng.randint(1, 5_000) / 10_000,
+        )
         yield Task(
             id=f"tsk_{created:012x}{i:06x}{rng.getrandbits(32):08x}",
             parent_session_id=f"ses_parent{i // 20:06d}",
+            root_session_id=f"ses_parent{i // 100 * 5:06d}",
+            depth=1 if i // 20 % 5 == 0 else 2,
+            model=model,
+            usage=usage,
+            turn_usage=usage,
+            usage_by_model={model: usage},
             session_id=f"ses_child{i:07d}",
             prompt=" ".join(prompt_words).capitalize() + ".",
             agent=AGENTS[i % len(AGENTS)],
@@ -117,8 +136,7 @@ def fill_sqlite(path: Path, tasks: Iterator[Task]) -> None:
 
         def write(db: Any) -> None:
             db.executemany(
-                f"INSERT INTO tasks ({module._WRITTEN}, id) VALUES (?, ?, ?, ?, CAST(? AS TEXT), "
-                "?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO tasks ({module._WRITTEN}, id) VALUES ({module._PLACES}, ?)",
                 [store._task_values(t) for t in chunk],
             )
             for t in chunk:
@@ -154,21 +172,33 @@ def fill_postgres(dsn: str, tasks: Iterator[Task]) -> None:
             async with conn.transaction(), conn.cursor() as cur:
                 async with cur.copy(f"COPY tasks ({_WRITTEN}, id) FROM STDIN") as copy:
                     tools = []
+                    models = []
                     for task in tasks:
                         await copy.write_row(store._task_values(task))
                         tools += [
                             (task.id, task.backend, task.parent_session_id, name, calls)
                             for name, calls in task.progress.tools.items()
                         ]
+                        models += [
+                            (task.id, task.backend, task.parent_session_id, name, *usage_values(u))
+                            for name, u in task.usage_by_model.items()
+                        ]
                 async with cur.copy(
                     "COPY task_tools (task_id, backend, parent_session_id, tool, calls) FROM STDIN"
                 ) as copy:
                     for row in tools:
                         await copy.write_row(row)
+                async with cur.copy(
+                    f"COPY task_models (task_id, backend, parent_session_id, model, "
+                    f"{', '.join(USAGE_COLUMNS)}) FROM STDIN"
+                ) as copy:
+                    for row in models:
+                        await copy.write_row(row)
                 for statement in REBUILD_TOTALS:
                     await cur.execute(statement)
             await conn.execute("VACUUM ANALYZE tasks")
             await conn.execute("VACUUM ANALYZE task_tools")
+            await conn.execute("VACUUM ANALYZE task_models")
         await store.close()
 
     asyncio.run(run())

@@ -93,8 +93,8 @@ async def _parent(backend: SessionBackend, messages: int) -> str:
     return parent
 
 
-def _fork_builder(engine: str) -> Callable[[bytes], Any]:
-    return lambda raw: build_fork_context(raw, engine=engine)  # type: ignore[arg-type]
+def _fork_builder(engine: str) -> Callable[[bytes, Any], Any]:
+    return lambda raw, config=None: build_fork_context(raw, config, engine=engine)  # type: ignore[arg-type]
 
 
 async def _until(cond: Callable[[], bool | Awaitable[bool]], timeout: float = 120.0) -> None:
@@ -196,7 +196,7 @@ def test_launch(
     manager = TaskManager(
         backend,
         InMemoryTaskStore(),
-        TaskManagerConfig(notify_parent=False),
+        TaskManagerConfig(notify_parent=False, max_running=10_000),
         fork_builder=_fork_builder(engine),
     )
     parent: list[str] = []  # made in the first (untimed) settle, on the benchmark's loop
@@ -228,7 +228,9 @@ def test_completions_per_second(
     benchmark.extra_info.update({"concurrent": n, "backend": backend_kind})
     backend = _backend(backend_kind, request)
     manager = TaskManager(
-        backend, InMemoryTaskStore(), TaskManagerConfig(poll_interval=1.0, wake="never")
+        backend,
+        InMemoryTaskStore(),
+        TaskManagerConfig(poll_interval=1.0, wake="never", max_running=10_000),
     )
     parents: list[str] = []
 

@@ -22,8 +22,11 @@ from tasks_script import Script
 
 __all__ = ["backend", "manager", "parent", "script", "store"]
 
-#: quick loops for the in-process backend; notices as noReply (no wake turn to wait for)
-CONFIG = TaskManagerConfig(poll_interval=0.2, notice_retry_initial=0.05, wake="never")
+#: quick loops for the in-process backend; notices as noReply (no wake turn to wait for); caps
+#: no test of these fixtures reaches (the queue's own tests set theirs)
+CONFIG = TaskManagerConfig(
+    poll_interval=0.2, notice_retry_initial=0.05, wake="never", max_running=100
+)
 
 
 @pytest.fixture

@@ -54,7 +54,10 @@ async def listing(manager: TaskManager, parent: str) -> str:
 async def listed(manager: TaskManager, task_id: str, status: str) -> str:
     task = await manager.store.get(task_id)
     assert task is not None
-    return f"Background tasks (newest first):\n- `{task.id}` [{status}] general: survive the proxy"
+    return (
+        f"Background tasks (newest first):\n- `{task.id}` [{status}] general: survive the proxy "
+        "(0 tokens, $0.00)"
+    )
 
 
 async def test_html_404_on_every_session_call_for_3s_changes_nothing(

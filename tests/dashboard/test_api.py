@@ -90,7 +90,7 @@ async def test_the_routes_check_the_token_without_the_middleware(
         (
             "status=done",
             "query parameter 'status': 'done' is not one of "
-            "running, resumed, completed, error, cancelled",
+            "queued, running, resumed, completed, error, cancelled",
         ),
         ("limit=0", "query parameter 'limit': 0 is out of range 1..500"),
         ("limit=501", "query parameter 'limit': 501 is out of range 1..500"),
@@ -331,6 +331,7 @@ async def test_stats_counts_tools_and_durations(
     body = (await client.get("/v1/stats")).json()
     assert body["tasks"] == 4
     assert body["by_status"] == {
+        "queued": 0,
         "running": 1,
         "resumed": 0,
         "completed": 1,
@@ -539,3 +540,55 @@ async def test_answers_have_the_fields_their_documented_schemas_list(
     assert set(cancelled) == fields("Task")
     limit = next(p for p in doc["paths"]["/v1/tasks"]["get"]["parameters"] if p["name"] == "limit")
     assert limit["schema"] == {"default": 100, "maximum": 500, "minimum": 1, "type": "integer"}
+
+
+def _usage(messages: int) -> dict[str, Any]:
+    """What `messages` assistant messages of STEP_USAGE add up to."""
+    return {
+        "input_tokens": 10 * messages,
+        "output_tokens": 4 * messages,
+        "reasoning_tokens": 1 * messages,
+        "cache_read_tokens": 2 * messages,
+        "cache_write_tokens": 3 * messages,
+        "cost": 0.5 * messages,
+    }
+
+
+async def test_tokens_and_cost_per_task_and_summed_by_agent_model_parent_and_tree(
+    client: httpx.AsyncClient, manager: TaskManager, backend: InProcessBackend, script: Script
+) -> None:
+    from asyncagents.service.event_stream import event_task_json
+
+    backend.step_usage = {
+        "tokens": {"input": 10, "output": 4, "reasoning": 1, "cache": {"read": 2, "write": 3}},
+        "cost": 0.5,
+    }
+    one = str((await backend.create_session(title="one"))["id"])
+    two = str((await backend.create_session(title="two"))["id"])
+    tools = await launch(manager, one, "Read it [tool]", "general", "Tools")  # 3 messages
+    plain = await launch(manager, one, "Say hi", "build", "Hi")  # 1 message
+    await ended(manager, tools.id, "completed")
+    await ended(manager, plain.id, "completed")
+    held = await launch(manager, two, "Wait [hold:usage]", "general", "Held")  # none yet
+    body = (await client.get("/v1/tasks")).json()
+    by_id = {t["id"]: t for t in body["tasks"]}
+    assert by_id[tools.id]["usage"] == _usage(3)
+    assert by_id[plain.id]["usage"] == _usage(1)
+    assert by_id[held.id]["usage"] == _usage(0)
+    assert by_id[tools.id]["usage_by_model"] == {"inprocess/inprocess": _usage(3)}
+    assert body["usage"] == _usage(4)
+    assert (await client.get(f"/v1/tasks?parent={two}")).json()["usage"] == _usage(0)
+    assert (await client.get(f"/v1/tasks/{tools.id}")).json()["usage"] == _usage(3)
+    stats = (await client.get("/v1/stats")).json()["usage"]
+    assert stats == {
+        "total": _usage(4),
+        "by_agent": {"build": _usage(1), "general": _usage(3)},
+        "by_model": {"inprocess/inprocess": _usage(4)},
+        "by_parent": dict(sorted({one: _usage(4), two: _usage(0)}.items())),
+        "by_tree": dict(sorted({one: _usage(4), two: _usage(0)}.items())),
+    }
+    assert (await client.get(f"/v1/stats?parent={one}")).json()["usage"]["total"] == _usage(4)
+    assert event_task_json(await stored(manager, tools.id))["usage"] == _usage(3)
+    script.release("usage")
+    done = await ended(manager, held.id, "completed")
+    assert done.usage.model_dump() == _usage(1)

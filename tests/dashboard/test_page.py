@@ -319,3 +319,53 @@ def test_a_cancel_answered_after_the_clear_does_not_bring_the_task_back(
     expect(page.locator("#cancel-msg")).to_have_text("Cancelled.")
     expect(page.locator(".row")).to_have_count(0)
     expect(page.locator("#detail-title")).to_have_text(f"{held.id} (removed)")
+
+
+def test_tokens_and_cost_per_task_and_in_the_header(browser: Browser, live: LiveService) -> None:
+    live.backend.step_usage = {
+        "tokens": {
+            "input": 1000,
+            "output": 200,
+            "reasoning": 30,
+            "cache": {"read": 400, "write": 0},
+        },
+        "cost": 0.0125,
+    }
+    done = launch(live, "Read the files [tool]", "Read")  # two tool steps and the reply
+    wait_status(live, done, TaskStatus.COMPLETED)
+    page = open_page(browser, live)
+    log_in(page)
+    expect(row(page, done).locator(".tokens")).to_have_text("4.9k tok")  # 3 x 1,630
+    expect(row(page, done).locator(".cost")).to_have_text("$0.0375")
+    expect(page.locator("#usage-total")).to_have_text(" — 4,890 tokens · $0.0375")
+    # a running task's usage arrives live, and the header adds it up
+    running = launch(live, "Look [tool] [hold:usage]", "Look")
+    expect(row(page, running).locator(".cost")).to_have_text("$0.025")
+    expect(row(page, running).locator(".tokens")).to_have_text("3.3k tok")
+    expect(page.locator("#usage-total")).to_have_text(" — 8,150 tokens · $0.0625")
+    expect(page.locator(".parent-usage")).to_have_text(" · 8.2k tokens · $0.0625")
+    row(page, done).click()
+    expect(page.locator("#detail-fields")).to_contain_text(
+        "Tokens4,890 (input 3,000, output 600, reasoning 90, cache read 1,200, cache write 0)"
+    )
+    expect(page.locator("#detail-fields")).to_contain_text("Cost$0.0375")
+    live.run(lambda: live.script.release("usage"))
+    expect(row(page, running).locator(".badge")).to_have_text("completed")
+    expect(page.locator("#usage-total")).to_have_text(" — 9,780 tokens · $0.075")
+
+
+def test_a_task_on_its_own_model_shows_the_model(browser: Browser, live: LiveService) -> None:
+    chosen = launch(live, "Summarise the notes", "On its model", model="inprocess/inprocess")
+    plain = launch(live, "Summarise again", "Default model")
+    wait_status(live, chosen, TaskStatus.COMPLETED)
+    wait_status(live, plain, TaskStatus.COMPLETED)
+    page = open_page(browser, live)
+    log_in(page)
+    expect(row(page, chosen).locator(".agent")).to_have_text("general · inprocess/inprocess")
+    expect(row(page, plain).locator(".agent")).to_have_text("general")
+    row(page, chosen).click()
+    fields = page.locator("#detail-fields")
+    expect(fields).to_contain_text("Modelinprocess/inprocess")
+    page.click("#detail-close")
+    row(page, plain).click()
+    expect(fields).to_contain_text("Modelthe server's default")

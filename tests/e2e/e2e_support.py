@@ -32,6 +32,11 @@ STARTUP_TIMEOUT = 60.0
 
 #: OpenCode's default agent
 AGENT = "build"
+#: the fake model's price (USD per million tokens), as OpenCode's config takes it
+PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
+#: a second model of the fake provider, with a 16k-token context window
+SMALL_MODEL_ID = "fake-small"
+SMALL_MODEL = f"fake/{SMALL_MODEL_ID}"
 
 _NO_REGISTRY = "http://127.0.0.1:9/"
 _OFFLINE_FLAGS = (
@@ -122,7 +127,15 @@ class OpenCodeServer:
                             "name": "Fake",
                             "limit": {"context": 200000, "output": 8192},
                             "tool_call": True,
-                        }
+                            # USD per million tokens: OpenCode prices every step with it
+                            "cost": PRICE,
+                        },
+                        # a small context window: a fork to it gets a budget that fits
+                        SMALL_MODEL_ID: {
+                            "name": "Fake small",
+                            "limit": {"context": 16000, "output": 4096},
+                            "tool_call": True,
+                        },
                     },
                 }
             },

@@ -8,6 +8,10 @@ The last user message carries tags that script the reply:
 - ``[fake:slow]``: a reply streamed one chunk every 0.5 s for about a minute (to cancel it);
 - ``[fake:delay=N]``: the plain reply after N seconds;
 - ``[fake:fail400]``: HTTP 400 with an OpenAI-style error body (a provider error);
+- ``[fake:429=N]``: HTTP 429 (``Retry-After: 1``) to the first N requests with this prompt,
+  then the plain reply (OpenCode retries 429 by itself, up to 6 requests a turn);
+- ``[fake:429-on=MODEL]``: HTTP 429 to every request for that model id, the plain reply on
+  any other (a fallback model answers);
 - ``[fake:context]``: replies ``context-seen`` when an earlier user message holds
   ``<inherited_context>``, else ``context-missing`` (proves the fork reached the model).
 
@@ -17,8 +21,14 @@ The last user message carries tags that script the reply:
 - ``[fake:wake-output]`` in any user message of the session: a later user message holding an
   ``[asyncagents notice`` (the parent woken by its task's notice) makes the model call
   ``asyncagents_output`` for the first task id in it, then reply ``"Child result: "`` and the
-  text after ``Result:\n`` in that tool's output.
+  text after ``Result:\n`` in that tool's output (up to its usage line).
 
+- ``[fake:hang=N]``: the stream starts, then nothing comes for N seconds (a hung provider);
+- ``[fake:loop]``: every step calls ``bash`` again, one second after the request (a tool loop
+  that never ends by itself).
+
+Every stream ends with a usage report that depends on the request (`usage_of`): prompt tokens
+(some of them cached), completion and reasoning tokens, as OpenAI-compatible servers report it.
 Title requests get a fixed title. Every request body is kept in `requests` for assertions.
 """
 
@@ -65,6 +75,22 @@ def _tool_outputs(messages: list[dict[str, Any]]) -> list[str]:
 TOOL_OUTPUT_MARK = "fake-tool-ran"
 
 
+def usage_of(payload: dict[str, Any]) -> dict[str, Any]:
+    """The usage a request is answered with: it grows with the conversation, so each step's
+    differs, and it has cached prompt tokens and reasoning tokens."""
+    size = len(json.dumps(payload.get("messages") or []))
+    prompt = 100 + size // 10
+    cached = size // 40
+    completion = 20 + len(payload.get("messages") or [])
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": 7},
+    }
+
+
 def _text(content: Any) -> str:
     """The text of an OpenAI message content (a string or a list of parts)."""
     if isinstance(content, str):
@@ -80,6 +106,9 @@ class FakeModel:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._local = threading.local()
+        #: requests answered 429, by prompt
+        self.rate_limited: dict[str, int] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -136,8 +165,18 @@ class FakeModel:
         users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
         last_user = users[-1] if users else ""
         after_tool = bool(messages) and messages[-1].get("role") == "tool"
+        self._local.usage = usage_of(payload)  # what this request's stream ends with
         if "title generator" in system:
             return self._stream(h, ["Fake title"])
+        hang = re.search(r"\[fake:hang=([0-9.]+)\]", last_user)
+        if hang:
+            self._start_sse(h)
+            self._chunk(h, {"role": "assistant", "content": ""}, None)
+            time.sleep(float(hang.group(1)))
+            return self._stream(h, ["Woke up"])
+        if "[fake:loop]" in last_user:
+            time.sleep(1.0)
+            return self._stream_tool_call(h)
         if CALL_TAG in last_user:
             if after_tool:
                 reply = "Tool results:\n" + "\n---\n".join(_tool_outputs(messages))
@@ -147,10 +186,13 @@ class FakeModel:
             if after_tool:
                 output = "\n".join(_tool_outputs(messages))
                 result = output.split("Result:\n", 1)[1] if "Result:\n" in output else output
+                result = result.split("\nUsage: ", 1)[0]  # the output's last line
                 return self._stream(h, ["Child result: " + result.strip()])
             task_id = re.search(r"tsk_[0-9a-f]+", last_user)
             arguments = {"task_id": task_id.group(0) if task_id else ""}
             return self._stream_calls(h, [("asyncagents_output", arguments)])
+        if self._rate_limit(h, last_user, str(payload.get("model") or "")):
+            return None
         if "[fake:fail400]" in last_user:
             body = json.dumps(
                 {
@@ -181,6 +223,30 @@ class FakeModel:
         reply += "Reply to: " + last_user.strip()
         return self._stream(h, [reply[i : i + 40] for i in range(0, len(reply), 40)] or [""])
 
+    def _rate_limit(self, h: BaseHTTPRequestHandler, prompt: str, model: str) -> bool:
+        """Answer 429 when the prompt's tags ask for it (counted per prompt)."""
+        count = re.search(r"\[fake:429=(\d+)\]", prompt)
+        on = re.search(r"\[fake:429-on=([\w.-]+)\]", prompt)
+        with self._lock:
+            done = self.rate_limited.get(prompt, 0)
+            limited = bool(count and done < int(count.group(1))) or bool(
+                on and on.group(1) == model
+            )
+            if limited:
+                self.rate_limited[prompt] = done + 1
+        if not limited:
+            return False
+        body = json.dumps(
+            {"error": {"message": "Rate limited: slow down", "type": "rate_limit_error"}}
+        ).encode()
+        h.send_response(429)
+        h.send_header("content-type", "application/json")
+        h.send_header("retry-after", "1")
+        h.send_header("content-length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+        return True
+
     def _start_sse(self, h: BaseHTTPRequestHandler) -> None:
         h.send_response(200)
         h.send_header("content-type", "text/event-stream")
@@ -207,7 +273,7 @@ class FakeModel:
             "created": int(time.time()),
             "model": "fake-model",
             "choices": [],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            "usage": getattr(self._local, "usage", None) or usage_of({}),
         }
         h.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
         h.wfile.write(b"data: [DONE]\n\n")

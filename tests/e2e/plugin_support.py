@@ -203,6 +203,7 @@ async def notices_of(oc: OpenCodeBackend, session_id: str) -> list[tuple[str, st
 
 
 def started_task_id(started: str) -> str:
-    match = re.match(r"Background task started: `(tsk_[0-9a-f]+)`", started)
+    # started at once, or queued behind the caps (docs/limits.md)
+    match = re.match(r"Background task (?:started|queued): `(tsk_[0-9a-f]+)`", started)
     assert match, started
     return match.group(1)

@@ -175,7 +175,9 @@ async def test_serve_takes_the_credentials(
             "asyncagents_output",
             {"task_id": match.group(0), "block": True, "timeout": 60},
         )
-        assert done.endswith("[completed] build: hi\n\nResult:\nReply to: say hi"), done
+        assert done.rsplit("\n", 1)[0].endswith(
+            "[completed] build: hi\n\nResult:\nReply to: say hi"
+        ), done
     finally:
         service.stop()
     log = service.log_path.read_text(errors="replace")

@@ -18,6 +18,7 @@ from asyncagents.tasks import (
     TaskStatus,
     run_tool,
 )
+from asyncagents.tasks.usage import usage_compact
 from e2e_support import AGENT, OpenCodeServer, has_notices, manager_config, model_got, say, until
 from fake_model import FakeModel
 from parent_notices import notices_in, texts
@@ -166,14 +167,18 @@ async def test_list_is_newest_first_per_parent_with_marks_and_filter(
     ]
     assert await manager.list(parent, status=TaskStatus.ERROR) == []
     text = await run_tool(manager, parent, "asyncagents_list", {})
+    spent = {t.id: f"({usage_compact(t.usage)})" for t in await manager.list(parent)}
+    assert spent[slow.id] == "(0 tokens, $0.00)"  # its first step still streams
     assert text.splitlines() == [
         "Background tasks (newest first):",
-        f"- `{slow.id}` [running] {AGENT}: newest",
-        f"- `{forked.id}` (forked) [completed] {AGENT}: forked",
-        f"- `{plain.id}` (resumed) [completed] {AGENT}: plain",
+        f"- `{slow.id}` [running] {AGENT}: newest {spent[slow.id]}",
+        f"- `{forked.id}` (forked) [completed] {AGENT}: forked {spent[forked.id]}",
+        f"- `{plain.id}` (resumed) [completed] {AGENT}: plain {spent[plain.id]}",
     ]
     running_only = await run_tool(manager, parent, "asyncagents_list", {"status": "running"})
-    assert running_only.splitlines()[1:] == [f"- `{slow.id}` [running] {AGENT}: newest"]
+    assert running_only.splitlines()[1:] == [
+        f"- `{slow.id}` [running] {AGENT}: newest {spent[slow.id]}"
+    ]
     # another parent cannot read or cancel these
     with pytest.raises(TaskNotFoundError):
         await manager.output(plain.id, parent_session_id=other)

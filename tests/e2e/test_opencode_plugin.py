@@ -113,9 +113,21 @@ async def test_opencode_offers_the_five_tools_with_types_and_optionality(
         assert list(params["properties"]) == list(definition.parameters["properties"])
         assert params.get("required", []) == definition.parameters.get("required", [])
         for name, spec in definition.parameters["properties"].items():
-            assert params["properties"][name]["type"] == spec["type"], (definition.name, name)
+            got = params["properties"][name]
+            if "anyOf" in spec:  # fork_turns: "all" or a whole number
+                kinds = [option.get("type") for option in got.get("anyOf", [])]
+                assert kinds == [o["type"] for o in spec["anyOf"]], (definition.name, name, got)
+            else:
+                assert got["type"] == spec["type"], (definition.name, name)
     assert offered["asyncagents_task"]["parameters"]["required"] == ["prompt"]
     assert offered["asyncagents_output"]["parameters"]["properties"]["timeout"]["maximum"] == 600
+
+
+#: the last line of asyncagents_output
+USAGE_LINE = re.compile(
+    r"Usage: [\d,]+ tokens \(input [\d,]+, output [\d,]+, reasoning [\d,]+, cache read [\d,]+, "
+    r"cache write [\d,]+\), \$\d+\.\d{2,4}\."
+)
 
 
 async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
@@ -153,9 +165,11 @@ async def test_fork_task_wakes_the_parent_which_reads_and_answers_the_result(
 
     await until(answered, timeout=120, what="the woken parent's answer")
     (read,) = await tool_outputs(oc, parent, "asyncagents_output")
+    text, usage = read.rsplit("\n", 1)
     assert (
-        read == f"Task `{task_id}` (forked) [completed] build: forked look\n\nResult:\ncontext-seen"
+        text == f"Task `{task_id}` (forked) [completed] build: forked look\n\nResult:\ncontext-seen"
     )
+    assert USAGE_LINE.fullmatch(usage), usage  # the priced fake model's counts vary with paths
     assert [t for _, t in await notices_of(oc, parent)] == [task_id]
     # the parent's model was offered the plugin's tools, the child's was not (tools: false)
     child_prompt = "[fake:context] what do you know?"
@@ -193,7 +207,8 @@ async def test_list_cancel_and_clear_through_the_plugin(
     task_id = started_task_id(started)
     await say_to(oc, parent, call("asyncagents_list", {}))
     assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == (
-        f"Background tasks (newest first):\n- `{task_id}` [running] build: slow one"
+        f"Background tasks (newest first):\n- `{task_id}` [running] build: slow one "
+        "(0 tokens, $0.00)"
     )
     await say_to(oc, parent, call("asyncagents_list", {"status": "completed"}))
     assert (await tool_outputs(oc, parent, "asyncagents_list"))[-1] == "No background tasks found"
@@ -202,10 +217,12 @@ async def test_list_cancel_and_clear_through_the_plugin(
         f"Cancelled background task `{task_id}`: slow one"
     )
     await say_to(oc, parent, call("asyncagents_output", {"task_id": task_id, "block": "false"}))
-    assert (await tool_outputs(oc, parent, "asyncagents_output"))[-1] == (
+    text, usage = (await tool_outputs(oc, parent, "asyncagents_output"))[-1].rsplit("\n", 1)
+    assert text == (
         f"Task `{task_id}` [cancelled] build: slow one\n\nThe task was cancelled: cancelled by the "
         "parent"
     )
+    assert USAGE_LINE.fullmatch(usage), usage
     await say_to(
         oc, parent, call("asyncagents_output", {"task_id": task_id, "full_session": "TRUE"})
     )

@@ -45,7 +45,8 @@ async def test_launch_through_the_route_then_read_it(
         json={"session_id": parent, "arguments": {"task_id": task.id, "block": "true"}},
     )
     assert response.json()["text"] == (
-        f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it"
+        f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it\n"
+        "Usage: 0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00."
     )
 
 

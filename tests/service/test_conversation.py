@@ -135,7 +135,10 @@ async def test_output_with_the_conversation(manager: TaskManager, parent: str) -
         manager, parent, "asyncagents_output", {"task_id": task.id, "full_session": "true"}
     )
     head, conversation = text.split("\n\nConversation ", 1)
-    assert head == f"Task `{task.id}` [completed] build: with tool\n\nResult:\nReply to: [tool] go"
+    assert head == (
+        f"Task `{task.id}` [completed] build: with tool\n\nResult:\nReply to: [tool] go\n"
+        "Usage: 0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00."
+    )
     assert conversation.startswith("(3 of 3 messages):\n\n[msg_")
     assert '[tool bash completed] {"command": "echo hi"}\noutput: hi' in conversation
     assert conversation.endswith("Reply to: [tool] go")

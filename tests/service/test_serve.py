@@ -291,9 +291,10 @@ def test_bad_settings_exit_2_naming_the_setting_and_its_source(
     unknown = _run("serve", "--config", str(config), env=env)
     assert unknown.returncode == 2
     assert unknown.stderr.startswith(
-        f"asyncagents serve: the config file {config} has unknown settings: pol_interval "
-        "(known: allowed_host, backend_name, "
+        f"asyncagents serve: the config file {config} has unknown settings: pol_interval (known: "
     )
+    known = unknown.stderr.rstrip(")\n").split("(known: ")[1].split(", ")
+    assert known == sorted(known) and "poll_interval" in known and "opencode" in known
     config.write_text("poll_interval = \n")
     broken = _run("serve", "--config", str(config), env=env)
     assert broken.returncode == 2
@@ -616,3 +617,45 @@ def test_allowed_hosts_from_options_the_environment_and_the_file(tmp_path: Path)
     assert _resolve(base, env).serve.allowed_host == ("a.internal", "b.internal:8080")
     given = [*base, "--allowed-host", "x", "--allowed-host", "y"]
     assert _resolve(given, env).serve.allowed_host == ("x", "y")
+
+
+def test_the_guards_are_settings_and_off_switches_one_off(tmp_path: Path) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text('opencode = "http://127.0.0.1:9"\nmax_cost = "off"\n')
+    manager = _resolve(
+        [
+            "--config", str(config), "--max-runtime", "90", "--idle-timeout", "3",
+            "--max-tool-calls", "7", "--notice-result-chars", "500",
+        ],
+        {"ASYNCAGENTS_MAX_TOKENS": "OFF"},
+    ).manager  # fmt: skip
+    assert (manager.max_runtime, manager.idle_timeout, manager.max_tool_calls) == (90.0, 3.0, 7)
+    assert (manager.max_cost, manager.max_tokens, manager.notice_result_chars) == (None, None, 500)
+    defaults = _resolve(["--opencode", NO_OPENCODE], {}).manager
+    assert (defaults.max_runtime, defaults.idle_timeout, defaults.max_tool_calls) == (
+        1800.0,
+        300.0,
+        200,
+    )
+    assert (defaults.max_cost, defaults.max_tokens, defaults.notice_result_chars) == (
+        10.0,
+        10_000_000,
+        4000,
+    )
+
+
+def test_a_bad_guard_setting_exits_2_naming_it(service: Service) -> None:
+    done = _run(
+        "serve", "--opencode", NO_OPENCODE, "--max-runtime", "-3", "--max-tool-calls", "2.5",
+        "--notice-result-chars", "off",
+        env=service.env(),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        "asyncagents serve: --max-runtime: Input should be greater than 0 (got '-3')\n"
+        "asyncagents serve: --max-tool-calls: Input should be a valid integer, unable to parse "
+        "string as an integer (got '2.5')\n"
+        "asyncagents serve: --notice-result-chars: Input should be a valid integer, unable to "
+        "parse string as an integer (got 'off')\n"
+    )
+    assert not service.token_path.exists()  # refused before the token file was made

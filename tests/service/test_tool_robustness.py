@@ -78,7 +78,8 @@ async def test_arguments_as_a_json_string(manager: TaskManager, parent: str) -> 
     assert text.startswith("Background task started: ")
     (task,) = await manager.list(parent)
     assert await run_tool(manager, parent, "asyncagents_list", "") == (
-        f"Background tasks (newest first):\n- `{task.id}` [{task.status.value}] build: d"
+        f"Background tasks (newest first):\n- `{task.id}` [{task.status.value}] build: d "
+        "(0 tokens, $0.00)"
     )
     assert await run_tool(manager, parent, TASK, "[1, 2]") == (
         "Error: the arguments of asyncagents_task must be a JSON object of named arguments, "

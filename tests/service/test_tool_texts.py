@@ -16,6 +16,10 @@ from asyncagents.tasks import tools as tools_module
 from tasks_script import Script
 
 AGENT = "build"
+_COUNTS = "0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00"
+#: the last line of asyncagents_output for a task that used no tokens
+NO_USAGE = f"Usage: {_COUNTS}."
+NO_USAGE_RESUMED = f"Usage: this turn {_COUNTS}; all turns {_COUNTS}."
 
 
 def _wait(task_id: str) -> str:
@@ -29,7 +33,9 @@ async def _launch(manager: TaskManager, parent: str, prompt: str, **extra: objec
         "asyncagents_task",
         {"prompt": prompt, "agent": AGENT, "description": "a job", **extra},
     )
-    task = (await manager.list(parent))[0]
+    found = re.search(r"`(tsk_[0-9a-f]+)`", text)
+    assert found, text
+    task = next(t for t in await manager.list(parent) if t.id == found.group(1))
     label = f"`{task.id}`" + (" (forked)" if task.is_forked else "")
     assert text == (
         f"Background task started: {label}\nAgent: build\nDescription: a job\nStatus: running\n"
@@ -68,7 +74,9 @@ async def test_output_completed_text(manager: TaskManager, parent: str) -> None:
     text = await run_tool(
         manager, parent, "asyncagents_output", {"task_id": task.id, "block": True}
     )
-    assert text == f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it"
+    assert text == (
+        f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it\n{NO_USAGE}"
+    )
 
 
 async def test_output_error_text(manager: TaskManager, parent: str) -> None:
@@ -79,7 +87,7 @@ async def test_output_error_text(manager: TaskManager, parent: str) -> None:
     assert text == (
         f"Task `{task.id}` [error] build: a job\n\n"
         "Error: APIError: Invalid request: rejected by the provider\n"
-        "Start a new asyncagents_task to try again."
+        f"Start a new asyncagents_task to try again.\n{NO_USAGE}"
     )
 
 
@@ -90,7 +98,7 @@ async def test_cancel_and_output_cancelled_texts(manager: TaskManager, parent: s
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id})
     assert text == (
         f"Task `{task.id}` [cancelled] build: a job\n\nThe task was cancelled: cancelled by the "
-        "parent"
+        f"parent\n{NO_USAGE}"
     )
     text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": task.id})
     assert text == (
@@ -120,7 +128,7 @@ def test_output_running_texts(monkeypatch: pytest.MonkeyPatch) -> None:
         "Task `tsk_1` [running] build: a job\n"
         "Running for 42s; 0 tool call(s) so far; last activity unknown.\n"
         "It is still working: continue with other work (you will get a notice), or call "
-        "asyncagents_output again with block=true to wait."
+        f"asyncagents_output again with block=true to wait.\n{NO_USAGE}"
     )
     busy = TaskProgress(tool_calls=3, last_tool="bash", last_activity_at=1_040_000, steps=2)
     waited = OutputResult(task=_running(busy), timed_out=True, waited_seconds=5.2)
@@ -129,7 +137,7 @@ def test_output_running_texts(monkeypatch: pytest.MonkeyPatch) -> None:
         "Task `tsk_1` [running] build: a job\n"
         "Running for 42s; 3 tool call(s) so far (last: bash); last activity 2s ago.\n"
         "It is still working: continue with other work (you will get a notice), or call "
-        "asyncagents_output again with block=true to wait."
+        f"asyncagents_output again with block=true to wait.\n{NO_USAGE}"
     )
 
 
@@ -156,12 +164,13 @@ async def test_list_texts_with_marks(manager: TaskManager, parent: str) -> None:
     text = await run_tool(manager, parent, "asyncagents_list", {})
     assert text == (
         "Background tasks (newest first):\n"
-        f"- `{forked.id}` (forked) [running] build: a job\n"
-        f"- `{plain.id}` (resumed) [completed] build: a job"
+        f"- `{forked.id}` (forked) [running] build: a job (0 tokens, $0.00)\n"
+        f"- `{plain.id}` (resumed) [completed] build: a job (0 tokens, $0.00)"
     )
     text = await run_tool(manager, parent, "asyncagents_list", {"status": "COMPLETED"})
     assert text == (
-        f"Background tasks (newest first):\n- `{plain.id}` (resumed) [completed] build: a job"
+        "Background tasks (newest first):\n"
+        f"- `{plain.id}` (resumed) [completed] build: a job (0 tokens, $0.00)"
     )
     text = await run_tool(manager, parent, "asyncagents_list", {"status": "error"})
     assert text == "No background tasks found"
@@ -205,7 +214,8 @@ async def test_bad_arguments_text_names_every_field(manager: TaskManager, parent
         "- agent: must be a string (got 3)\n"
         '- fork: must be true or false (got "maybe")\n'
         "- colour: not an argument of asyncagents_task (its arguments: prompt, agent, "
-        "description, fork, resume)"
+        "description, fork, resume, max_runtime, max_tool_calls, max_cost, max_tokens, when, "
+        "model, fork_turns)"
     )
     text = await run_tool(
         manager,
@@ -222,7 +232,8 @@ async def test_bad_arguments_text_names_every_field(manager: TaskManager, parent
     text = await run_tool(manager, parent, "asyncagents_list", {"status": "done"})
     assert text == (
         "Error: invalid arguments for asyncagents_list:\n"
-        '- status: must be one of running, resumed, completed, error, cancelled (got "done")'
+        "- status: must be one of queued, running, resumed, completed, error, cancelled "
+        '(got "done")'
     )
     text = await run_tool(manager, parent, "asyncagents_clear", {"all": True})
     assert text == (
@@ -246,7 +257,9 @@ async def test_a_unique_prefix_of_a_task_id_works(manager: TaskManager, parent: 
     task = await _launch(manager, parent, "do it")
     await manager.output(task.id, block=True, timeout=10)
     text = await run_tool(manager, parent, "asyncagents_output", {"task_id": task.id[:12]})
-    assert text == f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it"
+    assert text == (
+        f"Task `{task.id}` [completed] build: a job\n\nResult:\nReply to: do it\n{NO_USAGE}"
+    )
 
 
 async def test_an_ambiguous_prefix_text(manager: TaskManager, parent: str) -> None:
@@ -272,7 +285,7 @@ async def test_failed_and_cancelled_follow_up_texts(manager: TaskManager, parent
     assert text == (
         f"Task `{task.id}` (resumed) [completed] build: a job\n\nResult:\nReply to: first\n\n"
         "The last follow-up did not answer: APIError: Invalid request: rejected by the provider\n"
-        "The result above is from before it; the task can be resumed again."
+        f"The result above is from before it; the task can be resumed again.\n{NO_USAGE_RESUMED}"
     )
     await run_tool(
         manager, parent, "asyncagents_task", {"prompt": "[hold] again", "resume": task.id}
@@ -286,5 +299,5 @@ async def test_failed_and_cancelled_follow_up_texts(manager: TaskManager, parent
     assert text.endswith(
         "Result:\nReply to: first\n\nThe last follow-up did not answer: the follow-up was "
         "cancelled by the parent\nThe result above is from before it; the task can be resumed "
-        "again."
+        f"again.\n{NO_USAGE_RESUMED}"
     )

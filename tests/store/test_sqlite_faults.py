@@ -131,13 +131,13 @@ async def test_out_of_space_raises_store_error_loses_nothing_and_recovers(
         pytest.skip(f"{NO_MOUNT}; the file_size_limit case runs out of space instead")
     with ExitStack() as stack:
         where = (
-            stack.enter_context(tmpfs(tmp_path / "mnt", "512k"))
+            stack.enter_context(tmpfs(tmp_path / "mnt", "1m"))
             if fault == "full_tmpfs"
             else tmp_path
         )
         path = where / "tasks.db"
         filler = where / "filler"
-        filler.write_bytes(b"\0" * 128 * 1024)
+        filler.write_bytes(b"\0" * 256 * 1024)  # more than a write needs (about 100 KiB)
         store = SQLiteTaskStore(path)
         await store.open()
         stored: list[Task] = []
@@ -436,6 +436,43 @@ async def test_a_first_release_file_is_migrated_in_place_keeping_every_row(
     await reopened.close()
 
 
+async def test_a_version_2_file_is_migrated_and_its_running_tasks_count_under_the_caps(
+    tmp_path: Path,
+) -> None:
+    """Version 3 adds the admission queue: the agent of every task is copied into its column,
+    so the tasks running before the upgrade count under the caps."""
+    from asyncagents.tasks.store import sqlite as sqlite_store
+
+    path = tmp_path / "tasks.db"
+    running = make_task("tsk_run", backend="b1", status=TaskStatus.RUNNING)
+    running.agent = "build"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    for statement in (*sqlite_store._V1_SCHEMA, *sqlite_store._MIGRATE_1_TO_2):
+        db.execute(statement)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 2")
+    rows = [(running.id, running.model_dump_json()), ("tsk_broken", "{not json")]
+    for task_id, data in rows:
+        db.execute(
+            "INSERT INTO tasks (id, parent_session_id, session_id, status, created_at, data, "
+            "backend, owner) VALUES (?, 'ses_p', NULL, 'running', 1, ?, 'b1', NULL)",
+            (task_id, data),
+        )
+    db.close()
+    store = SQLiteTaskStore(path)
+    await store.open()
+    view = await store.queue_view("b1")
+    assert {(e.id, e.agent, e.running) for e in view.entries} == {
+        ("tsk_run", "build", True),
+        ("tsk_broken", "", True),
+    }
+    await store.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    check.close()
+
+
 async def test_a_migration_that_fails_leaves_the_first_release_file_as_it_was(
     tmp_path: Path,
 ) -> None:
@@ -682,8 +719,9 @@ async def test_a_50_mb_prompt_does_not_stall_the_event_loop(tmp_path: Path) -> N
 
 
 async def test_a_version_2_file_gets_the_query_columns_from_its_rows(tmp_path: Path) -> None:
-    """Version 2 -> 3: agent, updated_at, duration, search text and tool names are filled from
-    each row's JSON, so lists, searches and stats over old tasks answer as over new ones."""
+    """Version 2 -> 4 (through the admission queue's 3): agent, updated_at, duration, search text
+    and tool names are filled from each row's JSON, so lists, searches and stats over old tasks
+    answer as over new ones."""
     from asyncagents.tasks.queries import TaskQuery
     from asyncagents.tasks.store.sqlite import _MIGRATE_1_TO_2, _V1_SCHEMA
 
@@ -736,4 +774,69 @@ async def test_a_version_2_file_gets_the_query_columns_from_its_rows(tmp_path: P
     await store.close()
     with sqlite3.connect(path) as check:
         assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    check.close()
+
+
+async def test_a_version_3_file_gets_the_query_columns_and_totals_and_keeps_its_queue(
+    tmp_path: Path,
+) -> None:
+    """Version 3 (the admission queue) -> 4: the queries' columns, the usage by model and the
+    running totals come from each row's JSON; queued tasks are counted, and stay in the queue
+    in their order with their agent and model."""
+    from asyncagents.tasks.models import TaskUsage
+    from asyncagents.tasks.queries import TaskQuery, UsageSums
+    from asyncagents.tasks.store.sqlite import _MIGRATE_1_TO_2, _MIGRATE_2_TO_3, _V1_SCHEMA
+
+    path = tmp_path / "tasks.db"
+    used = TaskUsage(input_tokens=7, output_tokens=3, cost=0.25)
+    done = make_task("tsk_done", parent="ses_top", status=TaskStatus.COMPLETED, created_at=1_000)
+    done.agent, done.result, done.completed_at, done.updated_at = (
+        "explore",
+        "Found IT",
+        1_200,
+        1_300,
+    )
+    done.usage, done.usage_by_model = used, {"prov/m1": used}
+    waiting = make_task("tsk_wait", parent="ses_kid", status=TaskStatus.QUEUED, created_at=2_000)
+    waiting.root_session_id, waiting.depth, waiting.model = "ses_top", 2, "prov/m2"
+    db = sqlite3.connect(path, isolation_level=None)
+    for statement in (*_V1_SCHEMA, *_MIGRATE_1_TO_2, *_MIGRATE_2_TO_3):
+        db.execute(statement)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 3")
+    for t in (done, waiting):
+        db.execute(
+            "INSERT INTO tasks (id, parent_session_id, session_id, status, created_at, data, "
+            "backend, owner, agent, model, ready) "
+            "VALUES (?, ?, NULL, ?, ?, ?, 'b1', NULL, ?, ?, 1)",
+            (t.id, t.parent_session_id, t.status.value, t.created_at, t.model_dump_json(),
+             t.agent, t.model),
+        )  # fmt: skip
+    db.execute(
+        "INSERT INTO tasks (id, parent_session_id, status, created_at, data, backend, agent) "
+        "VALUES ('tsk_broken', 'ses_top', 'queued', 3000, 'not json', 'b1', 'build')"
+    )
+    db.close()
+
+    store = SQLiteTaskStore(path)
+    page = await store.query_tasks(TaskQuery(backend="b1", text="found it"))
+    assert page.tasks == [done] and page.total == 1 and page.usage == used
+    stats = await store.task_stats("b1")
+    assert stats.tasks == 3 and stats.by_status["queued"] == 2
+    assert stats.by_agent == {"build": 1, "explore": 1, "general": 1}
+    assert stats.usage == UsageSums(
+        total=used,
+        by_agent={"build": TaskUsage(), "explore": used, "general": TaskUsage()},
+        by_model={"prov/m1": used},
+        by_parent={"ses_kid": TaskUsage(), "ses_top": used},
+        by_tree={"ses_top": used},
+    )
+    view = await store.queue_view("b1")
+    assert sorted((e.id, e.agent, e.model, e.running) for e in view.entries) == [
+        ("tsk_broken", "build", None, False),
+        ("tsk_wait", "general", "prov/m2", False),
+    ]
+    await store.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     check.close()

@@ -12,8 +12,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 from asyncagents.tasks import StoreError
-from asyncagents.tasks.models import Notice, Task, TaskProgress, TaskStatus, now_ms
-from asyncagents.tasks.queries import DurationSummary, TaskChanges, TaskQuery, TaskStats
+from asyncagents.tasks.models import Notice, Task, TaskProgress, TaskStatus, TaskUsage, now_ms
+from asyncagents.tasks.queries import (
+    DurationSummary,
+    TaskChanges,
+    TaskQuery,
+    TaskStats,
+    UsageSums,
+)
 from asyncagents.tasks.store import TaskStore
 from store_records import COMPLETED, RESUMED, RUNNING, make_notice, make_task
 
@@ -500,6 +506,17 @@ async def test_query_pages_cover_every_task_once_in_order(
     assert exact.next_after is None and len(exact.tasks) == 11
 
 
+def _u(tokens: int, cost: float) -> TaskUsage:
+    return TaskUsage(input_tokens=tokens, output_tokens=2 * tokens, cost=cost)
+
+
+def _used(task: Task, **by_model: TaskUsage) -> Task:
+    """`task` with this usage by model (``m_a`` is the model ``m/a``) and its sum."""
+    task.usage_by_model = {name.replace("_", "/"): u for name, u in by_model.items()}
+    task.usage = sum(by_model.values(), TaskUsage())
+    return task
+
+
 async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
     empty = await store.task_stats("b1")
     assert empty == TaskStats(
@@ -509,11 +526,16 @@ async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
         tool_calls={},
         tools_unrecorded=0,
         durations=DurationSummary(),
+        usage=UsageSums(),
     )
     tasks = [
-        _ended(make_task(parent="p1"), COMPLETED, 10, bash=2, read=1),
-        _ended(make_task(parent="p1"), COMPLETED, 40, read=3),
-        _ended(make_task(parent="p2"), TaskStatus.ERROR, 20),
+        _used(_ended(make_task(parent="p1"), COMPLETED, 10, bash=2, read=1), m_a=_u(10, 0.25)),
+        _used(
+            _ended(make_task(parent="p1"), COMPLETED, 40, read=3),
+            m_a=_u(5, 0.5),
+            m_b=_u(1, 0.125),
+        ),
+        _used(_ended(make_task(parent="p2"), TaskStatus.ERROR, 20), m_b=_u(100, 1.0)),
         _ended(make_task(parent="p2"), TaskStatus.CANCELLED, 30, bash=1),
         make_task(parent="p1"),  # running: no duration
     ]
@@ -521,21 +543,53 @@ async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
     old = _ended(make_task(parent="p2"), COMPLETED, 70)
     old.progress = TaskProgress(tool_calls=4)  # an older version kept no names
     tasks.append(old)
-    tasks.append(_ended(make_task(backend="b2"), COMPLETED, 999, edit=9))
+    # a task of p1's child session, waiting: in p1's tree, under its own parent
+    kid = make_task(parent="ses_kid", status=TaskStatus.QUEUED)
+    kid.root_session_id, kid.depth = "p1", 2
+    tasks.append(kid)
+    tasks.append(_used(_ended(make_task(backend="b2"), COMPLETED, 999, edit=9), m_a=_u(1000, 8.0)))
     for t in tasks:
         await store.insert(t)
     stats = await store.task_stats("b1")
     assert stats == TaskStats(
-        tasks=6,
-        by_status={"running": 1, "resumed": 0, "completed": 3, "error": 1, "cancelled": 1},
-        by_agent={"explore": 1, "general": 5},
+        tasks=7,
+        by_status={
+            "queued": 1,
+            "running": 1,
+            "resumed": 0,
+            "completed": 3,
+            "error": 1,
+            "cancelled": 1,
+        },
+        by_agent={"explore": 1, "general": 6},
         tool_calls={"read": 4, "bash": 3},
         tools_unrecorded=1,
         durations=DurationSummary(count=5, min_ms=10, median_ms=30, p95_ms=70, max_ms=70),
+        usage=UsageSums(
+            total=_u(116, 1.875),
+            by_agent={"explore": _u(6, 0.625), "general": _u(110, 1.25)},
+            by_model={"m/a": _u(15, 0.75), "m/b": _u(101, 1.125)},
+            by_parent={"p1": _u(16, 0.875), "p2": _u(100, 1.0), "ses_kid": _u(0, 0.0)},
+            by_tree={"p1": _u(16, 0.875), "p2": _u(100, 1.0)},
+        ),
     )
     p1 = await store.task_stats("b1", "p1")
     assert p1.tasks == 3 and p1.tool_calls == {"read": 4, "bash": 2}
     assert p1.durations == DurationSummary(count=2, min_ms=10, median_ms=25.0, p95_ms=40, max_ms=40)
+    assert p1.usage == UsageSums(
+        total=_u(16, 0.875),
+        by_agent={"explore": _u(6, 0.625), "general": _u(10, 0.25)},
+        by_model={"m/a": _u(15, 0.75), "m/b": _u(1, 0.125)},
+        by_parent={"p1": _u(16, 0.875)},
+        by_tree={"p1": _u(16, 0.875)},
+    )
+    # a page's usage: every match's, on every page
+    page = await store.query_tasks(TaskQuery(backend="b1", limit=1))
+    assert page.total == 7 and page.usage == _u(116, 1.875)
+    done = await store.query_tasks(TaskQuery(backend="b1", statuses=frozenset({COMPLETED})))
+    assert done.total == 3 and done.usage == _u(16, 0.875)
+    mine = await store.query_tasks(TaskQuery(backend="b1", parent_session_id="p2", text="task"))
+    assert mine.total == 3 and mine.usage == _u(100, 1.0)
     # a later turn's tools replace the earlier ones; a cleared parent's are gone
     out = await store.update(
         tasks[0].id,
@@ -545,8 +599,30 @@ async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
     assert (await store.task_stats("b1", "p1")).tool_calls == {"read": 3, "grep": 1}
     await store.delete_parent("p1", backend="b1")
     after = await store.task_stats("b1")
-    assert after.tasks == 3 and after.tool_calls == {"bash": 1}
+    assert after.tasks == 4 and after.tool_calls == {"bash": 1}
     assert (await store.task_stats("b2")).tool_calls == {"edit": 9}
+    assert after.usage == UsageSums(
+        total=_u(100, 1.0),
+        by_agent={"general": _u(100, 1.0)},
+        by_model={"m/b": _u(100, 1.0)},
+        by_parent={"p2": _u(100, 1.0), "ses_kid": _u(0, 0.0)},
+        by_tree={"p1": _u(0, 0.0), "p2": _u(100, 1.0)},
+    )
+    # usage that grows moves every sum; a queued task deleted leaves them
+    out = await store.update(
+        tasks[2].id, lambda t: (_used(t, m_b=_u(150, 1.5), m_c=_u(7, 0.0)), None)
+    )
+    assert out is not None
+    assert await store.delete_queued(kid.id) is not None
+    after = await store.task_stats("b1")
+    assert after.usage == UsageSums(
+        total=_u(157, 1.5),
+        by_agent={"general": _u(157, 1.5)},
+        by_model={"m/b": _u(150, 1.5), "m/c": _u(7, 0.0)},
+        by_parent={"p2": _u(157, 1.5)},
+        by_tree={"p2": _u(157, 1.5)},
+    )
+    assert after.by_status["queued"] == 0 and after.tasks == 3
 
 
 async def test_changed_since_reads_recent_writes_and_clears(store: TaskStore) -> None:

@@ -23,7 +23,12 @@ from tasks_script import Script
 
 
 def _config(**kw: object) -> TaskManagerConfig:
-    base: dict[str, object] = {"poll_interval": 0.2, "wake": "never", "store_retry_initial": 0.01}
+    base: dict[str, object] = {
+        "poll_interval": 0.2,
+        "wake": "never",
+        "store_retry_initial": 0.01,
+        "max_running": 100,  # every task runs at once: the queue is not what is tested here
+    }
     return TaskManagerConfig.model_validate({**base, **kw})
 
 
@@ -132,6 +137,10 @@ async def _count(backend: InProcessBackend, parent: str, n: int) -> bool:
     return len(await notices_in(backend, parent)) >= n
 
 
+async def _messages(backend: InProcessBackend, session_id: str, n: int) -> bool:
+    return len(await backend.messages(session_id)) >= n
+
+
 async def _none_pending(manager: TaskManager) -> bool:
     return not await manager.store.notices()
 
@@ -139,28 +148,35 @@ async def _none_pending(manager: TaskManager) -> bool:
 async def test_a_turn_started_but_not_recorded_is_followed_by_the_next_manager(
     script: Script,
 ) -> None:
-    """The first manager sent the prompt, could not store that, and stopped: the next one
-    finds the prompt in the child's messages and follows the turn instead of failing it."""
+    """The first manager sent the prompt (or injected a fork's context), could not store that,
+    and stopped: the next one finds it in the child's messages and goes on from there instead
+    of failing the task or sending it twice."""
     backend = InProcessBackend(script)
     parent = str((await backend.create_session())["id"])
+    backend.add_message(parent, "user", "context for the fork")
     store = FlakyStore()
     first = TaskManager(backend, store, _config(store_retry_attempts=50, store_retry_max=0.05))
     await first.start()
     store.fail_updates = -1
     forked = await first.task(parent, "[hold] forked", "explore", "unrecorded fork", fork=True)
     plain = await first.task(parent, "[hold] plain", "explore", "unrecorded")
-    await until(lambda: len(script.seen) == 2)
-    await first.close()  # the launches were still retrying their 'started' writes
+    assert forked.session_id is not None
+    await until(lambda: len(script.seen) == 1)
+    await until(lambda: _messages(backend, forked.session_id, 1))
+    await first.close()  # the writes of both were still being retried
     store.fail_updates = 0
-    for task in (forked, plain):
-        stored = await store.get(task.id)
-        assert stored is not None and stored.turn_started_at is None
+    stored_plain, stored_fork = await store.get(plain.id), await store.get(forked.id)
+    assert stored_plain is not None and stored_plain.turn_started_at is None
+    assert stored_fork is not None and stored_fork.fork_pending
     async with TaskManager(backend, store, _config()) as second:
-        for task in (forked, plain):
-            adopted = (await second.output(task.id)).task
-            assert adopted.status is TaskStatus.RUNNING and adopted.turn_started_at is not None
+        adopted = (await second.output(plain.id)).task
+        assert adopted.status is TaskStatus.RUNNING and adopted.turn_started_at is not None
+        await until(lambda: len(script.seen) == 2)
         script.release.set()
         for task in (forked, plain):
             out = await second.output(task.id, block=True, timeout=5)
             assert out.task.status is TaskStatus.COMPLETED, out.task.error
         assert (await second.output(forked.id)).task.result == "Reply to: [hold] forked"
+        child = await backend.messages(forked.session_id)
+        injected = [m for m in child if "<inherited_context>" in str(m["parts"])]
+        assert len(injected) == 1  # the context was not injected twice

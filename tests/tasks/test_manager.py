@@ -172,19 +172,31 @@ async def test_concurrent_resumes_only_one_wins(
     assert out.task.resume_count == 1 and out.task.status is TaskStatus.COMPLETED
 
 
-async def test_resume_notice_has_the_full_response(
+async def test_resume_notice_has_the_response_up_to_the_notice_bound(
     manager: TaskManager, backend: InProcessBackend, parent: str
 ) -> None:
     task = await manager.task(parent, "start", "explore", "d")
     await manager.output(task.id, block=True, timeout=5)
-    long = "x" * 5000
+    long = "x" * 3000 + "y" * 2000
     resumed = await manager.task(parent, long, "", "", resume=task.id)
     assert resumed.status is TaskStatus.RESUMED and resumed.resume_count == 1
     out = await manager.output(task.id, block=True, timeout=5)
     assert out.task.result == "Reply to: " + long
     await until(lambda: _count(backend, parent, 2))
     notices = await notices_in(backend, parent)
-    assert "answered your follow-up" in notices[1] and ("Reply to: " + long) in notices[1]
+    # 5,010 characters: the first 3,200 and the last 800 around the fork pipeline's marker
+    shown = (
+        "Full response:\nReply to: "
+        + "x" * 3000
+        + "y" * 190
+        + "\n...[truncated 1010 chars]...\n"
+        + "y" * 800
+    )
+    assert "answered your follow-up" in notices[1] and shown in notices[1]
+    assert (
+        f"{'y' * 800}\nThe result above is cut; it has 5,010 characters. Read all of it with "
+        f'`asyncagents_output(task_id="{task.id}")`.\n\n'
+    ) in notices[1]
 
 
 async def _count(backend: InProcessBackend, parent: str, n: int) -> bool:
@@ -341,7 +353,17 @@ async def test_fork_of_a_real_session_injects_exactly_the_pipeline_text(
     task = await manager.task(parent, "go on", "explore", "real fork", fork=True)
     out = await manager.output(task.id, block=True, timeout=10)
     assert out.task.status is TaskStatus.COMPLETED, out.task.error
-    assert out.task.fork_stats == expected.stats.model_dump(mode="json")
+    assert out.task.fork_stats == {
+        **expected.stats.model_dump(mode="json"),
+        "char_budget": 200_000,
+        "budget_reason": (
+            "the default, which is smaller than what fits (sized to the context window of "
+            "inprocess/inprocess: 200000 tokens, less 8192 for output and 8000 for OpenCode's "
+            "system prompt and tools, at 3 characters a token, less 1000 characters for this "
+            "preamble and 5 for the task's prompt: 550419 characters)"
+        ),
+        "fork_turns": None,
+    }
     assert task.session_id
     child = await backend.messages(task.session_id)
     assert child[0]["parts"][0]["text"] == expected.text
@@ -351,7 +373,7 @@ async def test_fork_of_a_real_session_injects_exactly_the_pipeline_text(
 async def test_fork_failure_is_an_error_not_a_silent_fork(
     backend: InProcessBackend, store: InMemoryTaskStore | SQLiteTaskStore, parent: str
 ) -> None:
-    def broken(raw: bytes) -> object:
+    def broken(raw: bytes, config: object = None) -> object:
         raise ValueError("messages[0]: not an object")
 
     async with TaskManager(backend, store, _cfg(poll_interval=0.2), fork_builder=broken) as manager:  # type: ignore[arg-type]

@@ -31,7 +31,9 @@ async def test_2000_concurrent_tasks_lose_nothing_and_double_nothing(tmp_path: P
     parents = [str((await backend.create_session())["id"]) for _ in range(PARENTS)]
     store = SQLiteTaskStore(tmp_path / "tasks.sqlite3")
     ended: Counter[str] = Counter()
-    config = TaskManagerConfig(poll_interval=2.0, wake="never", notice_interval=0.2)
+    config = TaskManagerConfig(
+        poll_interval=2.0, wake="never", notice_interval=0.2, max_running=TASKS
+    )
     async with TaskManager(backend, store, config) as manager:
         manager.add_listener(
             lambda change: ended.update([change.task.id])

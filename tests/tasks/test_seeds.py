@@ -19,13 +19,15 @@ from asyncagents.tasks.transitions import (
     FOLLOWUP_CANCELLED,
     cancelled,
     finished,
-    fork_stats,
+    fork_prepared,
     resumed,
     started,
 )
 from parent_notices import notices_in
 from polling import until
 from tasks_script import Script
+
+NO_TOKENS = "0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00"
 
 
 async def test_a_failed_follow_up_returns_the_task_to_completed(
@@ -46,7 +48,8 @@ async def test_a_failed_follow_up_returns_the_task_to_completed(
         "follow-ups\nError: APIError: Invalid request: rejected by the provider\n"
         "The task is completed again and keeps its previous result. Read it again with "
         f'`asyncagents_output(task_id="{task.id}")`. Resume it with '
-        f'`asyncagents_task(resume="{task.id}", prompt=...)`.\n\n'
+        f'`asyncagents_task(resume="{task.id}", prompt=...)`.\n'
+        f"Usage: this turn {NO_TOKENS}; all turns {NO_TOKENS}.\n\n"
         "You have no background tasks still running."
     )
     # and it can be resumed again
@@ -145,14 +148,16 @@ async def test_listeners_see_every_stored_change(
     manager.remove_listener(listener)  # twice: nothing
     await manager.task(parent, "unseen", "explore", "after removal")
     t, run, done, resumed = task.id, TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.RESUMED
+    queued = TaskStatus.QUEUED
     assert seen == [
-        ("task.created", t, run),
+        ("task.created", t, run),  # admitted at once: told once, running
         ("task.updated", t, run),  # the prompt was accepted
         ("task.updated", t, run),  # a tool call seen
         ("task.completed", t, done),
         ("task.updated", t, done),  # the result was read
-        ("task.resumed", t, resumed),
-        ("task.updated", t, resumed),
+        ("task.resumed", t, queued),  # the follow-up is queued
+        ("task.updated", t, resumed),  # admitted
+        ("task.updated", t, resumed),  # its prompt was accepted
         ("task.cancelled", t, done),  # a cancelled follow-up: completed again
         ("task.cleared", t, done),
     ]
@@ -197,9 +202,10 @@ def test_every_change_moves_updated_at_forward_even_behind_the_last_writers_cloc
         updated_at=ahead,
     )  # fmt: skip
     done = running.model_copy(update={"status": TaskStatus.COMPLETED})
+    forking = running.model_copy(update={"status": TaskStatus.QUEUED, "fork_pending": True})
     for mutation, task in [
         (started(1, None), running),
-        (fork_stats(1, {"kept": 1}), running),
+        (fork_prepared("msg_1", {"kept": 1}), forking),
         (finished(1, TaskStatus.COMPLETED, text="ok"), running),
         (cancelled(), running),
         (resumed("again", None, "owner"), done),

@@ -18,7 +18,7 @@ from asyncagents.tasks import (
     TaskStatus,
 )
 from asyncagents.tasks.models import Notice
-from asyncagents.tasks.notices import format_delivery, format_notice, running_line
+from asyncagents.tasks.notices import build_notice, format_delivery, format_notice, running_line
 from parent_notices import deliveries_in, notices_in
 from polling import until
 from tasks_script import Script
@@ -75,33 +75,63 @@ def _task(**kw: object) -> Task:
     return Task.model_validate({**base, **kw})
 
 
+ZERO = "Usage: 0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00."
+
+
 def test_notice_texts_are_exact() -> None:
-    done = _task(status=TaskStatus.COMPLETED, result="All good.")
+    done = _task(
+        status=TaskStatus.COMPLETED,
+        result="All good.",
+        usage={
+            "input_tokens": 1200,
+            "output_tokens": 300,
+            "reasoning_tokens": 40,
+            "cache_read_tokens": 5000,
+            "cache_write_tokens": 7,
+            "cost": 0.01234,
+        },
+    )
     assert format_notice("ntc_1", done, NoticeKind.COMPLETED) == (
         "[asyncagents notice ntc_1]\nBackground task `tsk_1` completed: look around\n"
         'Result:\nAll good.\n\nRead it again with `asyncagents_output(task_id="tsk_1")`. '
-        'Continue it with `asyncagents_task(resume="tsk_1", prompt=...)`.'
+        'Continue it with `asyncagents_task(resume="tsk_1", prompt=...)`.\n'
+        "Usage: 6,547 tokens (input 1,200, output 300, reasoning 40, cache read 5,000, cache "
+        "write 7), $0.0123."
     )
     failed = _task(status=TaskStatus.ERROR, error="APIError: boom", is_forked=True)
     assert format_notice("ntc_2", failed, NoticeKind.ERROR) == (
         "[asyncagents notice ntc_2]\nBackground task `tsk_1` (forked) failed: look around\n"
         'Error: APIError: boom\nRead it again with `asyncagents_output(task_id="tsk_1")`. '
-        "Start a new asyncagents_task to try again."
+        f"Start a new asyncagents_task to try again.\n{ZERO}"
     )
-    answered = _task(status=TaskStatus.COMPLETED, result="More.", resume_count=1)
+    answered = _task(
+        status=TaskStatus.COMPLETED,
+        result="More.",
+        resume_count=1,
+        usage={"input_tokens": 30, "output_tokens": 12, "cost": 2.5},
+        turn_usage={"input_tokens": 20, "output_tokens": 2, "cost": 0.5},
+    )
     assert format_notice("ntc_3", answered, NoticeKind.RESUME_COMPLETED) == (
         "[asyncagents notice ntc_3]\nBackground task `tsk_1` (resumed) answered your follow-up: "
         "look around\nFull response:\nMore.\n\n"
-        'Read it again with `asyncagents_output(task_id="tsk_1")`.'
+        'Read it again with `asyncagents_output(task_id="tsk_1")`.\n'
+        "Usage: this turn 22 tokens (input 20, output 2, reasoning 0, cache read 0, cache write "
+        "0), $0.50; all turns 42 tokens (input 30, output 12, reasoning 0, cache read 0, cache "
+        "write 0), $2.50."
     )
     followup_failed = _task(
         status=TaskStatus.COMPLETED, result="Old.", resume_count=1, error="APIError: boom"
+    )
+    zero_turns = ZERO.replace("Usage: ", "Usage: this turn ").replace(
+        "$0.00.",
+        "$0.00; all turns 0 tokens (input 0, output 0, reasoning 0, cache read 0, "
+        "cache write 0), $0.00.",
     )
     assert format_notice("ntc_4", followup_failed, NoticeKind.RESUME_FAILED) == (
         "[asyncagents notice ntc_4]\nBackground task `tsk_1` (resumed) could not answer your "
         "follow-up: look around\nError: APIError: boom\nThe task is completed again and keeps "
         'its previous result. Read it again with `asyncagents_output(task_id="tsk_1")`. Resume it '
-        'with `asyncagents_task(resume="tsk_1", prompt=...)`.'
+        f'with `asyncagents_task(resume="tsk_1", prompt=...)`.\n{zero_turns}'
     )
 
 
@@ -238,3 +268,70 @@ async def test_an_answered_wake_whose_reply_was_lost_is_not_sent_again(script: S
 
 async def _none_pending(manager: TaskManager) -> bool:
     return not await manager.store.notices()
+
+
+def _done(task_id: str, result: str) -> Task:
+    return _task(id=task_id, status=TaskStatus.COMPLETED, result=result)
+
+
+def _cut_line(task_id: str, total: int) -> str:
+    return (
+        f"The result above is cut; it has {total:,} characters. Read all of it with "
+        f'`asyncagents_output(task_id="{task_id}")`.'
+    )
+
+
+def test_a_notice_carries_a_bounded_head_and_tail_of_the_result() -> None:
+    result = "a" * 3500 + "b" * 1500
+    text = format_notice("ntc_1", _done("tsk_1", result), NoticeKind.COMPLETED, 4000)
+    assert (
+        "Result:\n" + "a" * 3200 + "\n...[truncated 1000 chars]...\n" + "b" * 800 + "\n"
+        f"{_cut_line('tsk_1', 5000)}\n\nRead it again with"
+    ) in text
+    fits = format_notice("ntc_2", _done("tsk_2", "c" * 4000), NoticeKind.COMPLETED, 4000)
+    assert "Result:\n" + "c" * 4000 + "\n\nRead it again with" in fits
+
+
+def test_a_delivery_of_many_notices_is_bounded_as_a_whole() -> None:
+    results = {"tsk_a": "a" * 3000, "tsk_b": "b" * 100, "tsk_c": "c" * 2000 + "C" * 3000}
+    notices = [
+        build_notice(f"ntc_{tid}", _done(tid, result), NoticeKind.COMPLETED, 4000)
+        for tid, result in results.items()
+    ]
+    text = format_delivery(notices, 0, 4000)
+    # 4,000 characters shared: the short one whole, the two others 1,950 each
+    assert "Result:\n" + "b" * 100 + "\n\nRead it again" in text
+    assert (
+        "Result:\n" + "a" * 1560 + "\n...[truncated 1050 chars]...\n" + "a" * 390 + "\n"
+        f"{_cut_line('tsk_a', 3000)}\n\n"
+    ) in text
+    assert (
+        "Result:\n" + "c" * 1560 + "\n...[truncated 3050 chars]...\n" + "C" * 390 + "\n"
+        f"{_cut_line('tsk_c', 5000)}\n\n"
+    ) in text
+    assert [text.index(f"[asyncagents notice ntc_{tid}]") >= 0 for tid in results]
+    assert text.endswith("\n\nYou have no background tasks still running.")
+    # a delivery that fits is left as it is
+    assert format_delivery(notices[1:2], 0, 4000) == notices[1].text + "\n\n" + running_line(0)
+
+
+@pytest.mark.parametrize("wake_manager", ["all_done"], indirect=True)
+async def test_an_all_done_batch_carries_at_most_the_notice_bound(
+    wake_manager: TaskManager, backend: InProcessBackend, script: Script
+) -> None:
+    parent = await _parent(backend)
+    tasks = [
+        await wake_manager.task(parent, f"[sleep] {i}" + "x" * 3000, "explore", f"t{i}")
+        for i in range(3)
+    ]
+    for task in tasks:
+        await wake_manager.output(task.id, block=True, timeout=5)
+    await until(lambda: len(_bodies(backend, parent)) == 1, what="the one wake")
+    wake = _text(_bodies(backend, parent)[0])
+    for task in tasks:
+        assert f"Background task `{task.id}` completed" in wake
+        assert _cut_line(task.id, 3019) in wake
+    # every result is 3,019 characters; they share 4,000: 1,333, 1,333 and 1,334, of which
+    # the cut keeps 1,066 + 266 and 1,067 + 266
+    assert wake.count("...[truncated 1687 chars]...") == 2
+    assert wake.count("...[truncated 1686 chars]...") == 1

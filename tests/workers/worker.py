@@ -9,11 +9,14 @@ Run from the repository root, with the package installed::
     python -m tests.workers.worker --url ... --postgres "host=127.0.0.1 port=5432 dbname=x"
 
 The store is ``--sqlite PATH`` or ``--postgres DSN``; the manager's knobs (`TaskManagerConfig`)
-come from the other options. With ``--launch N`` the worker launches N tasks at start (spread
-over ``--parents`` in turn); without, it only follows (takes over what dead workers of its backend
-left). It also reads commands from stdin, one JSON object per line:
+come from the other options (the admission caps: ``--max-running``, ``--max-running-per-parent``,
+``--max-queued-per-parent``, ``--max-running-per-agent JSON``, ``--max-running-per-model JSON``,
+``--model provider/model``; by default no cap binds). With ``--launch N`` the worker launches N
+tasks at start (spread over ``--parents`` in turn); without, it only follows (takes over what
+dead workers of its backend left). It also reads commands from stdin, one JSON object per line:
 
-- ``{"cmd": "launch", "count": N, "parents": [...], "prompt": "job {i}", "agent": "build"}``
+- ``{"cmd": "launch", "count": N, "parents": [...], "prompt": "job {i}", "agent": "build",
+  "fork": false}`` (``agent`` may also be a list, used in turn)
 - ``{"cmd": "stats"}``: print a stats line now;
 - ``{"cmd": "stop"}``: close and exit (as SIGTERM and SIGINT do; so does the end of stdin).
 
@@ -96,6 +99,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt", default="job {i}", help="prompt template; {i}, {worker}")
     parser.add_argument("--agent", default="build")
     parser.add_argument("--stats-interval", type=float, default=1.0)
+    # the admission queue's caps; by default high enough that no task waits (the tests of
+    # other things launch hundreds at once)
+    parser.add_argument("--max-running", type=int, default=10_000)
+    parser.add_argument("--max-running-per-parent", type=int, default=None)
+    parser.add_argument("--max-queued-per-parent", type=int, default=10_000)
+    parser.add_argument("--max-running-per-agent", type=json.loads, default={}, metavar="JSON")
+    parser.add_argument("--max-running-per-model", type=json.loads, default={}, metavar="JSON")
+    parser.add_argument("--admission-interval", type=float, default=1.0)
+    parser.add_argument("--model", default=None, help="provider/model of the children")
     args = parser.parse_args(argv)
     if args.launch and not args.parents:
         parser.error("--launch needs --parents")
@@ -123,6 +135,15 @@ def make_config(args: argparse.Namespace) -> TaskManagerConfig:
         notice_retry_initial=args.notice_retry_initial,
         wake=args.wake,
         follow_events=not args.no_events,
+        max_running=args.max_running,
+        max_running_per_parent=args.max_running_per_parent,
+        max_queued_per_parent=args.max_queued_per_parent,
+        max_running_per_agent=args.max_running_per_agent,
+        max_running_per_model=args.max_running_per_model,
+        admission_interval=args.admission_interval,
+        model=dict(zip(("providerID", "modelID"), args.model.split("/", 1), strict=True))
+        if args.model
+        else None,
     )
 
 
@@ -160,8 +181,16 @@ class Worker:
             rss_kb=rss_kb(),
         )
 
-    async def launch(self, count: int, parents: Sequence[str], prompt: str, agent: str) -> None:
-        """Launch `count` tasks over `parents` in turn; one ``launched`` line at the end."""
+    async def launch(
+        self,
+        count: int,
+        parents: Sequence[str],
+        prompt: str,
+        agent: str | Sequence[str],
+        fork: bool = False,
+    ) -> None:
+        """Launch `count` tasks over `parents` (and `agent`s) in turn; one ``launched`` line."""
+        agents = [agent] if isinstance(agent, str) else list(agent)
         begin = time.monotonic()
         first = self._launched
         self._launched += count
@@ -174,8 +203,9 @@ class Worker:
                     task = await self.manager.task(
                         parents[i % len(parents)],
                         prompt.format(i=i, worker=worker),
-                        agent=agent,
+                        agent=agents[i % len(agents)],
                         description=f"job {i}",
+                        fork=fork,
                     )
                 except Exception as exc:
                     return exc
@@ -222,7 +252,8 @@ class Worker:
                         int(command["count"]),
                         list(command["parents"]),
                         str(command.get("prompt", "job {i}")),
-                        str(command.get("agent", "build")),
+                        command.get("agent", "build"),
+                        bool(command.get("fork", False)),
                     )
                 )
                 launches.add(job)

@@ -144,12 +144,20 @@ class WorkerProcess:
         self.process.stdin.write(json.dumps(command) + "\n")
         self.process.stdin.flush()
 
-    def launch(self, count: int, parents: Sequence[str], prompt: str, agent: str = "build") -> int:
+    def launch(
+        self,
+        count: int,
+        parents: Sequence[str],
+        prompt: str,
+        agent: str | Sequence[str] = "build",
+        *,
+        fork: bool = False,
+    ) -> int:
         """Ask for `count` launches; returns how many ``launched`` lines came before."""
         before = len(self.of("launched"))
         self.send(
             {"cmd": "launch", "count": count, "parents": list(parents), "prompt": prompt,
-             "agent": agent}
+             "agent": agent if isinstance(agent, str) else list(agent), "fork": fork}
         )  # fmt: skip
         return before
 

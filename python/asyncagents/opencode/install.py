@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..tasks.tool_args import DEFAULT_OUTPUT_TIMEOUT_SECONDS
+from ..tasks.tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from ..tasks.tools import TOOLS
 
 #: the OpenCode version the plugin was checked against; the default pin when none is found

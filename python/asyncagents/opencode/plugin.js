@@ -13,11 +13,16 @@ const z = tool.schema
 /** The zod schema of one property of a tool's JSON Schema (the types the tools use). */
 function property(spec, required) {
   let schema
-  if (Array.isArray(spec.enum)) schema = z.enum(spec.enum)
+  if (Array.isArray(spec.anyOf) && spec.anyOf.length > 1) {
+    // e.g. fork_turns: "all" or a whole number
+    const [first, second, ...rest] = spec.anyOf.map((option) => property(option, true))
+    schema = z.union([first, second, ...rest])
+  } else if (Array.isArray(spec.enum)) schema = z.enum(spec.enum)
   else if (spec.type === "boolean") schema = z.boolean()
   else if (spec.type === "integer" || spec.type === "number") {
     schema = spec.type === "integer" ? z.number().int() : z.number()
     if (typeof spec.minimum === "number") schema = schema.min(spec.minimum)
+    if (typeof spec.exclusiveMinimum === "number") schema = schema.gt(spec.exclusiveMinimum)
     if (typeof spec.maximum === "number") schema = schema.max(spec.maximum)
   } else schema = z.string()
   if (spec.description) schema = schema.describe(spec.description)

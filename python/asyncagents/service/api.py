@@ -44,6 +44,7 @@ from ..tasks.errors import (
 )
 from ..tasks.manager import TaskManager
 from ..tasks.models import Task as StoredTask
+from ..tasks.models import TaskUsage
 from .auth import UNAUTHORIZED, require_token
 from .connections import abort_connection
 from .errors import ApiError, bad_param
@@ -165,6 +166,15 @@ def message_view(message: JSON) -> JSON:
         else None,
         "parts": parts,
     }
+
+
+def add_usage(total: TaskUsage, plus: TaskUsage, minus: TaskUsage) -> TaskUsage:
+    """`total` + `plus` - `minus`, field by field (a live usage in place of a stored one)."""
+    values = {
+        name: getattr(total, name) + getattr(plus, name) - getattr(minus, name)
+        for name in TaskUsage.model_fields
+    }
+    return queries.summed_usage(**values)
 
 
 def duration_summary(durations: list[int]) -> JSON:
@@ -415,10 +425,24 @@ class DashboardApi:
             after=query.after,
         )
         last = page.next_after
+        usage = page.usage or TaskUsage()
+        for stored, live in await self._live_tasks():
+            if queries.matches(
+                stored,
+                queries.TaskQuery(
+                    backend=stored.backend,
+                    parent_session_id=query.parent,
+                    statuses=None if query.statuses is None else frozenset(query.statuses),
+                    agent=query.agent,
+                    text=query.q,
+                ),
+            ):
+                usage = add_usage(usage, live.usage, stored.usage)
         return answer(
             TaskPage(
                 tasks=[Task.of(self.hub.with_live_progress(t)) for t in page.tasks],
                 total=page.total or 0,
+                usage=queries.summed_usage(**usage.model_dump()),
                 next_cursor=None
                 if last is None
                 else Cursor(sort=query.sort, key=last[0], id=last[1]).encode(),
@@ -496,8 +520,46 @@ class DashboardApi:
                     unreadable_tasks=stats.tools_unrecorded,
                 ),
                 durations=stats.durations,
+                usage=await self._live_sums(stats.usage, query.parent),
             )
         )
+
+    async def _live_tasks(self) -> list[tuple[StoredTask, StoredTask]]:
+        """The running tasks whose tokens and cost the hub knows newer than stored (their
+        manager stores them at each check; the hub hears them as they come): stored, live."""
+        out = []
+        for task_id in self.hub.live_usage_ids():
+            try:
+                stored = await self.manager.get_task(task_id, prefix=False)
+            except TaskNotFoundError:
+                continue
+            live = self.hub.with_live_progress(stored)
+            if live is not stored and live.usage != stored.usage:
+                out.append((stored, live))
+        return out
+
+    async def _live_sums(self, sums: queries.UsageSums, parent: str | None) -> queries.UsageSums:
+        """The store's usage sums with the running tasks' live tokens and cost in place of
+        their stored ones (as every task is shown)."""
+        out = sums.model_copy(deep=True)
+        for stored, live in await self._live_tasks():
+            if parent is not None and stored.parent_session_id != parent:
+                continue
+            out.total = add_usage(out.total, live.usage, stored.usage)
+            for group, key in (
+                (out.by_agent, queries.no_nul(stored.agent)),
+                (out.by_parent, stored.parent_session_id),
+                (out.by_tree, stored.tree_id),
+            ):
+                group[key] = add_usage(group.get(key, TaskUsage()), live.usage, stored.usage)
+            for model in sorted({*live.usage_by_model, *stored.usage_by_model}):
+                out.by_model[model] = add_usage(
+                    out.by_model.get(model, TaskUsage()),
+                    live.usage_by_model.get(model, TaskUsage()),
+                    stored.usage_by_model.get(model, TaskUsage()),
+                )
+        out.by_model = dict(sorted(out.by_model.items()))
+        return out
 
     async def events(self, request: Request, query: NoQuery | None = None) -> Response:
         """Server-Sent Events: a snapshot (or a resume), then every task change."""

@@ -47,16 +47,17 @@ def json_text(value: Any) -> str:
 _WHOLE = frozenset({"status"})
 
 
-def _texts(value: dict[str, Any], path: str, out: list[tuple[dict[str, Any], str, str]]) -> None:
+def _texts(value: Any, path: str, out: list[tuple[Any, Any, str]]) -> None:
     """Every string under `value` (but in ``fork_stats``, and the status) as (container, key,
-    dotted path)."""
-    for key, item in value.items():
-        where = f"{path}.{key}" if path else key
+    dotted path); lists are walked too (a task's queued follow-ups), by index."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        where = f"{path}.{key}" if path else str(key)
         if where in _WHOLE:
             continue
         if isinstance(item, str):
             out.append((value, key, where))
-        elif isinstance(item, dict) and where != "fork_stats":
+        elif isinstance(item, (dict, list)) and where != "fork_stats":
             _texts(item, where, out)
 
 
@@ -74,7 +75,7 @@ def fit_task(out: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     if out.get("fork_stats") is not None and len(json_text(out["fork_stats"])) > FORK_STATS_BYTES:
         out["fork_stats"] = None
         cut.append("fork_stats")
-    texts: list[tuple[dict[str, Any], str, str]] = []
+    texts: list[tuple[Any, Any, str]] = []
     _texts(out, "", texts)
     for container, key, path in texts:
         if len(container[key]) > EVENT_TEXT_CHARS:
@@ -90,9 +91,7 @@ def fit_task(out: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     return out
 
 
-def _shrink(
-    texts: list[tuple[dict[str, Any], str, str]], size: int, budget: int, cut: list[str]
-) -> int:
+def _shrink(texts: list[tuple[Any, Any, str]], size: int, budget: int, cut: list[str]) -> int:
     """Cut the longest of `texts` until the JSON's `size` is within `budget`; the new size."""
     weights = {path: len(json_text(container[key])) for container, key, path in texts}
     while size > budget and texts:

@@ -198,6 +198,8 @@ class EventHub:
         self._seen: dict[str, _Seen] = {}
         #: task id -> the progress last reported for its running turn
         self._progress: dict[str, TaskProgress] = {}
+        #: task id -> the tokens and cost last reported for its running turn
+        self._usage: dict[str, dict[str, Any]] = {}
         #: how many subscribers were dropped for being too slow
         self.dropped_count = 0
         #: how many snapshots were sent (a resumed stream gets none)
@@ -228,18 +230,32 @@ class EventHub:
         cleared = change.kind == "task.cleared"
         if task.status.active and not cleared:
             self._progress[task.id] = task.progress
+            self._usage[task.id] = {
+                "usage": task.usage,
+                "turn_usage": task.turn_usage,
+                "usage_by_model": task.usage_by_model,
+            }
         else:
             self._progress.pop(task.id, None)
+            self._usage.pop(task.id, None)
         event = self.publish(change.kind, event_task_json(task))
         self._seen[task.id] = _Seen(task.updated_at, None if cleared else task.status, event.id)
 
+    def live_usage_ids(self) -> list[str]:
+        """The running tasks whose tokens and cost were reported while they run."""
+        return sorted(self._usage)
+
     def with_live_progress(self, task: Task) -> Task:
-        """`task` with the progress its manager last reported while it runs: the manager
-        reports a run's tool calls as they happen but stores them when the turn ends."""
+        """`task` with the progress (and tokens and cost) its manager last reported while it
+        runs: the manager reports a run's tool calls as they happen but stores them when the
+        turn ends, and its usage at each check."""
         progress = self._progress.get(task.id)
         if progress is None or not task.status.active:
             return task
-        return task.model_copy(update={"progress": progress})
+        usage = self._usage.get(task.id) or {}
+        if usage and usage["usage"].cost < task.usage.cost:
+            usage = {}  # the store is newer (another worker counted more since)
+        return task.model_copy(update={"progress": progress, **usage})
 
     def reconcile(
         self, tasks: Sequence[Task], *, seed: bool = False, read_from: int | None = None
@@ -270,6 +286,7 @@ class EventHub:
                 del self._seen[task_id]  # a clear the read already shows: nothing to keep
                 continue
             self._progress.pop(task_id, None)
+            self._usage.pop(task_id, None)
             if seed:
                 del self._seen[task_id]
                 continue

@@ -26,8 +26,8 @@ from pydantic_core import PydanticCustomError
 from starlette.requests import Request
 
 from ..tasks.models import Task as StoredTask
-from ..tasks.models import TaskStatus
-from ..tasks.queries import DurationSummary, SortField
+from ..tasks.models import TaskStatus, TaskUsage
+from ..tasks.queries import DurationSummary, SortField, UsageSums
 from .errors import bad_param
 
 SORTS = ("-created_at", "created_at", "-updated_at", "updated_at")
@@ -243,6 +243,7 @@ class TaskPage(BaseModel):
 
     tasks: list[Task]
     total: int = Field(description="Tasks matching the filters, on every page.")
+    usage: TaskUsage = Field(description="Tokens and cost of every task matching the filters.")
     next_cursor: str | None = Field(description="Give it as `cursor` for the next page.")
 
 
@@ -296,6 +297,11 @@ class Stats(BaseModel):
     by_agent: dict[str, int]
     tool_calls: ToolCalls
     durations: DurationSummary
+    usage: UsageSums = Field(
+        description="Tokens and cost: `total`, and `by_agent`, `by_model` (provider/model), "
+        "`by_parent` (parent session) and `by_tree` (top-level session), each a map to a "
+        "TaskUsage."
+    )
 
 
 class Error(BaseModel):

@@ -3,7 +3,8 @@
 `TaskManager` runs tasks over a `SessionBackend` (`OpenCodeBackend` for a real
 ``opencode serve``, `InProcessBackend` to embed it without one) and keeps them in a `TaskStore`
 (`SQLiteTaskStore` by default, `InMemoryTaskStore` for tests). `TOOLS` and `run_tool` are the
-agent-facing side. Importing this package does not load the Rust extension.
+agent-facing side. Importing it imports `asyncagents`, and so loads the Rust extension of the
+fork pipeline, which a forked launch runs.
 """
 
 from typing import TYPE_CHECKING, Any

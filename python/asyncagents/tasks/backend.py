@@ -94,6 +94,12 @@ class SessionBackend(Protocol):
     async def status(self) -> Mapping[str, JSON]:
         """``GET /session/status``: busy/retry sessions only (idle ones are absent)."""
 
+    async def providers(self) -> JSON:
+        """``GET /config/providers``: ``{"providers": [...], "default": {...}}``."""
+
+    async def server_config(self) -> JSON:
+        """``GET /config``: the server's config (its default ``model`` among it)."""
+
     def events(self) -> AsyncIterator[JSON]:
         """One connection to ``GET /event``; it ends or raises when the stream drops."""
 

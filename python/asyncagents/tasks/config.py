@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 WakeMode = Literal["each", "all_done", "never"]
+#: the runaway guards: each may be ``off`` (None)
+GUARDS = ("max_runtime", "idle_timeout", "max_tool_calls", "max_cost", "max_tokens")
+
+#: defaults of the caps (why these: docs/limits.md)
+DEFAULT_MAX_RUNNING = 5
+DEFAULT_MAX_QUEUED_PER_PARENT = 200
+DEFAULT_MAX_DEPTH = 1
 
 
 class TaskManagerConfig(BaseModel):
@@ -111,6 +118,36 @@ class TaskManagerConfig(BaseModel):
         description="the children's model as providerID=... and modelID=... "
         "(default: the server's default model)",
     )
+    allowed_models: tuple[str, ...] | None = Field(
+        default=None,
+        description="the models (provider/model) a task may ask for (default: any model the "
+        "server offers)",
+    )
+    models_ttl: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds one reading of the server's models (GET /config/providers) is used",
+    )
+    attempts: int = Field(
+        default=3,
+        ge=1,
+        description="tries of a turn that ends on a retryable provider error, on each model "
+        "(OpenCode's own retries within a try not counted)",
+    )
+    fallback_models: tuple[str, ...] = Field(
+        default=(),
+        description="models (provider/model) tried in turn, as often, once the task's model "
+        "has had its tries",
+    )
+    retry_initial: float = Field(
+        default=30.0,
+        ge=0,
+        description="first wait in seconds before a try again (doubled per try, longer than "
+        "OpenCode's own; a longer Retry-After wins)",
+    )
+    retry_max: float = Field(
+        default=300.0, ge=0, description="longest wait in seconds before a try again"
+    )
     follow_events: bool = Field(
         default=True,
         description="follow the server's event stream (without it, completion is found by "
@@ -121,3 +158,109 @@ class TaskManagerConfig(BaseModel):
         description="delete the child sessions of cleared tasks (default: only on the "
         "in-process backend; on a real server they stay for the user to open)",
     )
+
+    # -- admission queue and depth (docs/limits.md) --------------------------------------------
+    max_running: int = Field(
+        default=DEFAULT_MAX_RUNNING,
+        ge=1,
+        description="most tasks running at once on this backend, all workers together; more "
+        "wait in the queue",
+    )
+    max_running_per_parent: int | None = Field(
+        default=None,
+        ge=1,
+        description="most tasks of one parent session running at once (default: only max_running)",
+    )
+    max_running_per_agent: dict[str, int] = Field(
+        default_factory=dict,
+        description="most tasks running at once per agent, by agent name",
+        json_schema_extra={"metavar": "AGENT=N"},
+    )
+    max_running_per_model: dict[str, int] = Field(
+        default_factory=dict,
+        description="most tasks running at once per model, keyed provider/model (the key "
+        "`default` counts the tasks on the server's default model)",
+        json_schema_extra={"metavar": "PROVIDER/MODEL=N"},
+    )
+    max_queued_per_parent: int = Field(
+        default=DEFAULT_MAX_QUEUED_PER_PARENT,
+        ge=1,
+        description="most tasks of one parent session waiting in the queue; past it "
+        "asyncagents_task refuses",
+    )
+    max_depth: int = Field(
+        default=DEFAULT_MAX_DEPTH,
+        ge=1,
+        description="how deep tasks may nest: 1, children cannot start tasks; 2, a child may "
+        "start tasks of its own, and so on",
+    )
+    admission_interval: float = Field(
+        default=1.0,
+        gt=0,
+        description="seconds between two looks at the queue when nothing else triggers one (a "
+        "task that ends admits the next one at once)",
+    )
+
+    @field_validator("max_running_per_agent", "max_running_per_model")
+    @classmethod
+    def _positive_caps(cls, caps: dict[str, int]) -> dict[str, int]:
+        for key, value in caps.items():
+            if not key:
+                raise ValueError("a cap's key must not be empty")
+            if value < 1:
+                raise ValueError(f"the cap of {key!r} must be 1 or more, got {value}")
+        return caps
+
+    @property
+    def model_key(self) -> str | None:
+        """The children's model as ``provider/model`` (None: the server's default)."""
+        if not self.model:
+            return None
+        provider, model = self.model.get("providerID"), self.model.get("modelID")
+        return f"{provider}/{model}" if provider and model else None
+
+    # -- runaway guards (off: none); docs/limits.md says why each default ---------------------
+    max_runtime: float | None = Field(
+        default=1800.0,
+        gt=0,
+        description="seconds one turn of a task may run, from its start, before it is stopped "
+        "(off: no limit)",
+    )
+    idle_timeout: float | None = Field(
+        default=300.0,
+        gt=0,
+        description="seconds a running turn may go without a new message, part or tool "
+        "progress, even while the server says it is busy (a hung model stream), before it is "
+        "stopped (off: no limit)",
+    )
+    max_tool_calls: int | None = Field(
+        default=200,
+        ge=1,
+        description="tool calls one turn of a task may make before it is stopped (off: no limit)",
+    )
+    max_cost: float | None = Field(
+        default=10.0,
+        gt=0,
+        description="USD a task, and all the tasks of one top-level session's tree together, "
+        "may cost before the running ones are stopped (off: no limit)",
+    )
+    max_tokens: int | None = Field(
+        default=10_000_000,
+        ge=1,
+        description="tokens (input, output, reasoning, cache read and write) a task may use "
+        "over all its turns before it is stopped (off: no limit)",
+    )
+    notice_result_chars: int = Field(
+        default=4000,
+        ge=100,
+        description="characters of results one notice delivery carries at most (head and "
+        "tail kept; asyncagents_output reads the rest)",
+    )
+
+    @field_validator(*GUARDS, mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        """``off`` (an option, a variable, a file) switches a guard off."""
+        if isinstance(value, str) and value.strip().lower() == "off":
+            return None
+        return value

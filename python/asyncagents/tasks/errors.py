@@ -13,6 +13,16 @@ class TaskRequestError(TaskError, ValueError):
     """A tool call the manager refuses as asked (bad or conflicting arguments)."""
 
 
+class TreeBudgetSpentError(TaskRequestError):
+    """The tasks of the caller's tree have used up `max_cost`: no task starts in it any more."""
+
+    def __init__(self, root: str, cost: str, limit: str) -> None:
+        super().__init__(
+            f"the tasks of session `{root}` have cost {cost} together, which reaches this "
+            f"service's max_cost of {limit}; no more tasks can start or resume in this tree."
+        )
+
+
 class ForkResumeConflictError(TaskRequestError):
     """`fork` and `resume` were both given: a resumed task already has its own history."""
 
@@ -51,9 +61,9 @@ class TaskNotCompletedError(TaskRequestError):
     """Resume of a task that is not `completed` (running, failed or cancelled)."""
 
     def __init__(self, task_id: str, status: str) -> None:
-        if status == "running":
+        if status in ("running", "queued"):
             hint = (
-                "It is still running: wait for its completion notice or call asyncagents_output "
+                f"It is still {status}: wait for its completion notice or call asyncagents_output "
                 f"with task_id {code(task_id)} and block=true, then resume it."
             )
         else:
@@ -103,6 +113,32 @@ class TaskNotRunningError(TaskRequestError):
         )
         self.task_id = task_id
         self.status = status
+
+
+class QueueFullError(TaskRequestError):
+    """A new task of a parent that has `max_queued_per_parent` tasks waiting already."""
+
+    def __init__(self, queued: int, cap: int) -> None:
+        super().__init__(
+            f"Not started: this session already has {queued} background tasks waiting in the "
+            f"queue (max_queued_per_parent {cap}). Wait for some to finish, or cancel some "
+            "with asyncagents_cancel, then try again."
+        )
+        self.queued = queued
+        self.cap = cap
+
+
+class TaskDepthError(TaskRequestError):
+    """A task asked for by a session that is itself too deep in a tree of tasks."""
+
+    def __init__(self, depth: int, max_depth: int) -> None:
+        super().__init__(
+            f"Not started: this session is a background task at depth {depth}, and tasks may "
+            f"nest only {max_depth} level(s) deep (max_depth {max_depth}). Do the work "
+            "yourself, or report back to your parent so it can start the task."
+        )
+        self.depth = depth
+        self.max_depth = max_depth
 
 
 class StoreError(TaskError):

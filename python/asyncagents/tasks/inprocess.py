@@ -85,6 +85,20 @@ class InProcessTurn:
 
 Responder = Callable[[InProcessTurn], Awaitable[str]]
 
+#: the one model the in-process backend offers by default (replies come from the responder)
+DEFAULT_PROVIDERS: JSON = {
+    "providers": [
+        {
+            "id": "inprocess",
+            "name": "In-process",
+            "models": {
+                "inprocess": {"id": "inprocess", "limit": {"context": 200_000, "output": 8_192}}
+            },
+        }
+    ],
+    "default": {"inprocess": "inprocess"},
+}
+
 
 class InProcessBackend:
     """A `SessionBackend` held in memory; `responder` produces each reply.
@@ -92,7 +106,9 @@ class InProcessBackend:
     Test knobs: `drop_events` (events are not published: proves reconciliation), `disconnect()`
     (ends every open event stream: proves reconnects), `fail_prompts` (session ids whose prompts
     fail as if the server were down: proves notice retries), `down` (every call fails).
-    `prompts` records every prompt body sent, until its session is deleted.
+    `prompts` records every prompt body sent, until its session is deleted. `step_usage`
+    (``{"tokens": {input, output, reasoning, cache: {read, write}}, "cost": USD}``) is what
+    every assistant message records, as a model's usage report would make OpenCode record it.
 
     Its `name` (the manager's default backend name) is ``inprocess:<random id>``, unique to
     this object: its sessions live in this object only, so no other backend, process or run of
@@ -100,6 +116,10 @@ class InProcessBackend:
     tasks for their own; a new backend object does not adopt the tasks of an old one (their
     sessions are gone with it).
     """
+
+    #: its sessions live in this object only: a manager deletes the child sessions of cleared
+    #: tasks by default (nobody else could open them), which it leaves on a real server
+    sessions_private = True
 
     def __init__(self, responder: Responder, *, event_queue_size: int = 100_000) -> None:
         self.name = f"inprocess:{os.urandom(8).hex()}"
@@ -113,6 +133,10 @@ class InProcessBackend:
         self.down = False
         self.fail_prompts: set[str] = set()
         self.prompts: list[tuple[str, JSON]] = []
+        self.step_usage: JSON | None = None
+        #: what ``GET /config/providers`` answers, and the server's default model
+        self.providers_body: JSON = json.loads(json.dumps(DEFAULT_PROVIDERS))
+        self.default_model: str | None = "inprocess/inprocess"
 
     def session_ids(self) -> list[str]:
         """The ids of every session it holds (deleted ones are gone with all they had)."""
@@ -191,6 +215,8 @@ class InProcessBackend:
             "providerID": "inprocess",
             "mode": "build",
         }
+        if self.step_usage is not None:
+            info.update(json.loads(json.dumps(self.step_usage)))
         if finish:
             info["finish"] = finish
         if error:
@@ -366,6 +392,15 @@ class InProcessBackend:
     async def status(self) -> Mapping[str, JSON]:
         self._guard()
         return {sid: {"type": "busy"} for sid, t in self._running.items() if not t.done()}
+
+    async def providers(self) -> JSON:
+        self._guard()
+        out: JSON = json.loads(json.dumps(self.providers_body))
+        return out
+
+    async def server_config(self) -> JSON:
+        self._guard()
+        return {"model": self.default_model} if self.default_model else {}
 
     async def events(self) -> AsyncIterator[JSON]:
         self._guard()

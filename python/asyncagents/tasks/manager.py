@@ -6,15 +6,18 @@ its named parts, each in its own module:
 - `transitions`: every state change as a pure compare-and-set `Mutation`;
 - `recorder.Recorder`: applies them, tells listeners, wakes waiters, queues notices;
 - `registry.RunRegistry`: the turns this manager follows now (one `Run` each);
-- `launcher.Launcher`: fork context, injection and prompt, in the background;
+- `admitter.Admitter`: starts queued tasks when the caps let them (`admission` decides which);
+- `launcher.Launcher`: fork context and injection when asked, prompt when admitted;
 - `watcher.Watcher`: events, completion checks, stall detection, periodic reconciliation;
 - `notices.NoticeCourier`: claims and delivers the parents' notices, exactly once;
 - `ownership.LeaseKeeper`: this manager's lease, and takeovers of dead managers' tasks.
 
 Every public call returns at once (except ``output(block=True)``); runs go on in the server.
+A new task (and a follow-up) is queued, and starts as soon as every cap of the config allows
+(`max_running` and the others, counted over every manager of the backend); most start at once.
 Managers sharing a store work side by side: each works for one backend (`backend_name`) and
-never touches another backend's tasks; a task is followed by the manager that launched (or last
-resumed, or took over) it; any manager of the backend may read, cancel, clear or resume it.
+never touches another backend's tasks; a task is followed by the manager that admitted (or took
+over) it; any manager of the backend may admit, read, cancel, clear or resume it.
 """
 
 from __future__ import annotations
@@ -27,34 +30,59 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from .admission import Caps, QueuePlace, place_of
+from .admitter import Admitter
 from .backend import JSON, SessionBackend
+from .catalog import ModelCatalog, model_name
 from .config import TaskManagerConfig
 from .conversation import select_messages
 from .errors import (
     AmbiguousTaskIdError,
     BackendError,
     ForkResumeConflictError,
+    QueueFullError,
     SessionExpiredError,
     SessionNotFoundError,
     StoreError,
     TaskBeingResumedError,
+    TaskDepthError,
     TaskNotCompletedError,
     TaskNotFoundError,
     TaskNotRunningError,
     TaskRequestError,
+    TreeBudgetSpentError,
 )
-from .inprocess import InProcessBackend
+from .guards import checked_limits
 from .jobs import Jobs
 from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
-from .models import OutputResult, Task, TaskStatus, message_id_after, new_id, now_ms
+from .models import (
+    FollowUp,
+    OutputResult,
+    Task,
+    TaskChange,
+    TaskLimits,
+    TaskStatus,
+    message_id_after,
+    new_id,
+    now_ms,
+)
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .queries import SortField, TaskChanges, TaskPage, TaskQuery, TaskStats
 from .recorder import Listener, Recorder
-from .registry import RunRegistry
-from .store import ACTIVE_STATUSES, SQLiteTaskStore, TaskStore
-from .tools import DEFAULT_OUTPUT_TIMEOUT_SECONDS
-from .transitions import cancelled, resumed, retrieved, started
+from .registry import Run, RunRegistry
+from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
+from .tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
+from .transitions import (
+    MAX_QUEUED_FOLLOWUPS,
+    cancelled,
+    queue_followup,
+    resumed,
+    resumed_queued,
+    retrieved,
+    started,
+)
+from .usage import usd
 from .watcher import STALLED, Watcher, abort_quietly
 
 __all__ = [
@@ -74,6 +102,9 @@ NOT_STARTED = (
     "The task manager restarted before this task's prompt was sent; start it again with "
     "asyncagents_task."
 )
+#: changes after which a queued task may start: a turn ended (a cancel and a clear admit once
+#: their sessions' runs are aborted, so the server never runs one over a cap)
+_SLOT_FREEING = frozenset({"task.completed", "task.error"})
 #: how many candidates an ambiguous id prefix names
 PREFIX_CANDIDATES = 5
 
@@ -180,6 +211,8 @@ class TaskManager:
             on_connect=self.courier.poke,
         )
         self.events = self.watcher.events
+        #: the server's models, for the `model` of a task and the fork's budget
+        self.catalog = ModelCatalog(backend, self.config.allowed_models, self.config.models_ttl)
         self.launcher = Launcher(
             backend,
             self.store,
@@ -187,7 +220,25 @@ class TaskManager:
             self.watcher,
             self.config,
             fork_builder or default_fork_builder,
+            self.catalog,
         )
+        self.admitter = Admitter(
+            self.store,
+            Caps.from_config(self.config),
+            backend_name=self.backend_name,
+            owner=self.instance_id,
+            interval=self.config.admission_interval,
+            fresh_ms=round(self.config.lease_ttl * 1000),
+            on_admitted=self._admitted,
+        )
+        self.recorder.add_listener(self._on_change)
+        #: fork contexts being prepared in this process, by task id
+        self._forks: dict[str, asyncio.Task[None]] = {}
+        #: tasks being created by `task` whose ``task.created`` was not told yet, and those of
+        #: them another pass of this manager admitted (for `task` to return)
+        self._creating: set[str] = set()
+        self.watcher.on_followup = self._followup_due
+        self._created: dict[str, Task] = {}
         self.leases = LeaseKeeper(
             self.store,
             owner=self.instance_id,
@@ -197,7 +248,7 @@ class TaskManager:
         )
         delete = self.config.delete_cleared_sessions
         self._delete_cleared = (
-            delete if delete is not None else isinstance(backend, InProcessBackend)
+            delete if delete is not None else getattr(backend, "sessions_private", False)
         )
         self._start_lock = asyncio.Lock()
         self._started = False
@@ -229,6 +280,7 @@ class TaskManager:
                 await self.jobs.cancel_all()
                 raise
             self.courier.start()
+            self.admitter.start()
             self.watcher.reconcile()
 
     async def close(self) -> None:
@@ -240,6 +292,7 @@ class TaskManager:
         async with self._start_lock:
             if not self._started:
                 return
+            await self.admitter.stop()  # no new admission while draining
             await self.launches.wait_idle(self.config.drain_timeout)
             self._started = False
             await self.leases.stop(drop_lease=False)
@@ -281,24 +334,67 @@ class TaskManager:
         description: str | None = None,
         fork: bool = False,
         resume: str | None = None,
+        limits: TaskLimits | None = None,
+        *,
+        model: str | None = None,
+        fork_turns: int | None = None,
+        when: str | None = None,
     ) -> Task:
         """Launch a task (or resume one, by id or unique id prefix) and return it at once.
 
-        The child session is created and the task stored here (a down server raises a
-        `BackendError`, a failing store a `StoreError`, and nothing is left behind); the fork
-        context, the injection and the prompt run in the background. A failure there ends the
-        task in ``error`` with the reason, and the parent is told.
+        `limits` lower the config's runaway guards for this task (a value above the config's
+        is refused with a `TaskRequestError`). `model` (``provider/model``) must be one the
+        server offers and ``allowed_models`` allows (else `ModelRefusedError` names those
+        allowed); without it the child runs on the configured ``model``, else the server's
+        default. `fork_turns` keeps only the parent's last N user turns in a fork. With
+        `resume`, `when` sends a follow-up to a running task: ``"after_current"`` stores it
+        until the running turn ends, ``"now"`` aborts the running turn for it; a queued
+        follow-up is the next resume, with its own notice.
+
+        The child session is created and the task stored, queued, here (a down server raises a
+        `BackendError`, a failing store a `StoreError`, and nothing is left behind), then
+        admitted at once if every cap allows: the task returned is ``running``, or ``queued``
+        (`queue_place` says where). A forked task's context is built and injected in the
+        background right away, and it is admitted once that is done. The prompt is sent in the
+        background. A failure there ends the task in ``error`` with the reason, and the parent
+        is told. A parent with ``max_queued_per_parent`` tasks queued gets `QueueFullError`; a
+        session ``max_depth`` deep in a tree of tasks gets `TaskDepthError`.
         """
         await self.start()
         if fork and resume:
             raise ForkResumeConflictError()
         if not prompt or not prompt.strip():
             raise TaskRequestError("prompt is empty: give the sub-agent its full instructions.")
+        asked = checked_limits(self.config, limits)
+        if resume and (model is not None or fork_turns is not None):
+            raise TaskRequestError(
+                "model and fork_turns apply to a new task; a resumed task keeps its model and "
+                "its history. Call asyncagents_task again without them."
+            )
+        if fork_turns is not None and not fork:
+            raise TaskRequestError(
+                "fork_turns applies only with fork=true. Call asyncagents_task again with "
+                "fork=true, or without fork_turns."
+            )
+        if fork_turns is not None and fork_turns < 1:
+            raise TaskRequestError('fork_turns must be "all" or a whole number of at least 1.')
+        if when is not None and when not in ("after_current", "now"):
+            raise TaskRequestError('when must be "after_current" or "now".')
+        if when is not None and not resume:
+            raise TaskRequestError(
+                "when applies only to a follow-up: give resume=<task id> with it, or leave it out."
+            )
         if resume:
-            return await self._resume(parent_session_id, resume, prompt)
+            return await self._resume(parent_session_id, resume, prompt, limits, when)
         if not agent:
             raise TaskRequestError("agent is required for a new task.")
+        if model is not None:
+            await self.catalog.check(model)
+        else:
+            model = model_name(self.config.model)
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
+        depth, root = await self._depth_of(parent_session_id)
+        await self._check_tree_budget(root)
         session = await self.backend.create_session(
             parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
         )
@@ -315,24 +411,35 @@ class TaskManager:
             agent=agent,
             description=description,
             is_forked=fork,
+            model=model,
+            fork_turns=fork_turns,
             backend=self.backend_name,
             owner=self.instance_id,
+            status=TaskStatus.QUEUED,
+            fork_pending=fork,
+            depth=depth,
+            root_session_id=root,
+            limits=asked,
         )
         try:
             await self.store.insert(task)
         except BaseException as exc:
             # no task to follow it: the session would be left behind
-            try:
-                await self.backend.delete_session(session_id)
-            except BackendError as cleanup:
-                log.warning("could not delete session %s: %s", session_id, cleanup)
+            await self._drop_session(session_id)
             if isinstance(exc, StoreError) or not isinstance(exc, Exception):
                 raise
             raise StoreError(f"storing the new task failed: {exc}") from exc
-        self.recorder.changed(task, "task.created")
-        run = self.watcher.follow(task)
-        self.launches.spawn(self.launcher.launch(task, run))
-        return task
+        await self._keep_queue_bound(task)
+        # listeners hear of it once, as it is after its first admission: running, or queued
+        self._creating.add(task.id)
+        if fork:
+            self._start_fork(task)
+        task = await self._admit_at_once(task)
+        if task.id in self._creating:
+            self._creating.discard(task.id)
+            self.recorder.changed(task, "task.created")
+        # admitted by a pass that ran meanwhile: the task as that pass left it
+        return self._created.pop(task.id, task)
 
     async def output(
         self,
@@ -350,14 +457,19 @@ class TaskManager:
         task = await self._resolve(task_id, parent_session_id)
         waited = 0.0
         timed_out = False
-        if block and task.status.active:
+        if block and task.status.pending:
             loop = asyncio.get_running_loop()
             begin = loop.time()
-            timed_out = not await self.recorder.wait_ended(task.id, timeout)
+            while True:
+                left = max(0.0, timeout - (loop.time() - begin))
+                timed_out = not await self.recorder.wait_ended(task.id, left)
+                task = await self._resolve(task.id, parent_session_id)
+                # a try again after a provider error is the same turn to the caller
+                if timed_out or not task.status.active or not task.tries:
+                    break
             waited = loop.time() - begin
-            task = await self._resolve(task.id, parent_session_id)
         if task.status.active:
-            task.progress = await self.watcher.fresh_progress(task)
+            task = await self.watcher.fresh(task)
         elif task.result_retrieved_at is None:
             try:
                 marked = await self.recorder.apply(task.id, retrieved(task.turn), "task.updated")
@@ -433,9 +545,15 @@ class TaskManager:
     ) -> builtins.list[Task]:
         """The caller's own tasks on this backend, newest first."""
         await self.start()
-        return await self.store.list_tasks(
+        tasks = await self.store.list_tasks(
             parent_session_id, None if status is None else (status,), backend=self.backend_name
         )
+        for task in tasks:
+            # OpenCode retrying the provider is only in this manager's memory (from events)
+            run = self.registry.get(task.id)
+            if run is not None and run.turn == task.turn and run.progress.retry is not None:
+                task.progress = task.progress.model_copy(update={"retry": run.progress.retry})
+        return tasks
 
     async def get_task(
         self, task_id: str, parent_session_id: str | None = None, *, prefix: bool = True
@@ -497,20 +615,29 @@ class TaskManager:
         await self.start()
         return await self.store.changed_since(self.backend_name, since)
 
-    async def cancel(self, task_id: str, parent_session_id: str | None = None) -> Task:
-        """Cancel a running (or resumed) task: mark it cancelled, then abort its session.
+    async def cancel(
+        self,
+        task_id: str,
+        parent_session_id: str | None = None,
+        *,
+        dropped: builtins.list[int] | None = None,
+    ) -> Task:
+        """Cancel a queued or running (or resumed) task: mark it cancelled, then abort its
+        session if its turn was admitted (a queued one was never sent a prompt).
 
-        A cancelled follow-up returns the task to ``completed`` with its last result.
+        A cancelled follow-up returns the task to ``completed`` with its last result. Queued
+        follow-ups are dropped; their number is appended to `dropped`.
         """
         await self.start()
         task = await self._resolve(task_id, parent_session_id)
-        out = await self.recorder.apply(task.id, cancelled(), "task.cancelled")
+        out = await self.recorder.apply(task.id, cancelled(dropped), "task.cancelled")
         if out is None:
             current = await self.store.get(task.id)
             raise TaskNotRunningError(task.id, (current or task).status.value)
         task = out[0]
-        if task.session_id:
+        if task.session_id and task.admitted_at is not None:
             await abort_quietly(self.backend, task.session_id)
+        self.admitter.poke()
         return task
 
     async def clear(self, parent_session_id: str) -> builtins.list[Task]:
@@ -529,11 +656,26 @@ class TaskManager:
             )
         )
         self.recorder.poke()
+        self.admitter.poke()
         return removed
 
     def reconcile(self) -> None:
         """Schedule a check of every followed task now (also done periodically)."""
         self.watcher.reconcile()
+
+    async def queue_place(self, task_id: str) -> QueuePlace | None:
+        """Where a queued task stands (its place, what runs, the caps that hold it back);
+        None when it is not queued."""
+        view = await self.store.queue_view(self.backend_name)
+        return place_of(task_id, view.entries, view.last_admitted, self.admitter.caps)
+
+    async def tree(self, task_id: str, parent_session_id: str | None = None) -> builtins.list[Task]:
+        """A task's descendants: the tasks its child started, theirs, and so on (oldest first)."""
+        await self.start()
+        task = await self._resolve(task_id, parent_session_id)
+        if not task.session_id:
+            return []
+        return await self.store.descendants(task.session_id)
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
         """Wait until no background job (launch, check) is in flight (for tests)."""
@@ -563,14 +705,46 @@ class TaskManager:
             raise TaskNotFoundError(task_id)
         return task
 
-    async def _resume(self, parent_session_id: str, task_id: str, prompt: str) -> Task:
+    async def _check_tree_budget(self, root: str) -> None:
+        """Refuse a turn in a tree whose tasks have used up `max_cost` (it would be stopped at
+        its first check)."""
+        limit = self.config.max_cost
+        if limit is None:
+            return
+        spent = await self.watcher.tree.total(root)
+        if spent >= limit:
+            raise TreeBudgetSpentError(root, usd(spent), usd(limit))
+
+    async def _resume(
+        self,
+        parent_session_id: str,
+        task_id: str,
+        prompt: str,
+        limits: TaskLimits | None,
+        when: str | None = None,
+    ) -> Task:
         task = await self._resolve(task_id, parent_session_id)
-        if task.status is TaskStatus.RESUMED:
+        if when is not None and task.status.active:
+            followup = FollowUp(prompt=prompt, interrupt=when == "now")
+            out = await self.recorder.apply(task.id, queue_followup(followup), "task.updated")
+            if out is not None:
+                if followup.interrupt and task.session_id:
+                    await abort_quietly(self.backend, task.session_id)
+                return out[0]
+            task = await self._resolve(task.id, parent_session_id)
+            if task.status.active and len(task.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
+                raise TaskRequestError(
+                    f"Task `{task.id}` already has {MAX_QUEUED_FOLLOWUPS} queued follow-ups; "
+                    "wait for its notices before queueing more."
+                )
+            # else it ended meanwhile: resumed below as a completed task
+        if _being_resumed(task):
             raise TaskBeingResumedError(task.id)
         if task.status is not TaskStatus.COMPLETED:
             raise TaskNotCompletedError(task.id, task.status.value)
         if not task.session_id:
             raise SessionExpiredError(task.id, None)
+        await self._check_tree_budget(task.tree_id)
         try:
             session = await self.backend.get_session(task.session_id)
             last = await self.backend.messages(task.session_id, limit=1)
@@ -579,22 +753,191 @@ class TaskManager:
         after = str(last[-1]["info"]["id"]) if last else None
         message_id = message_id_after(after, _created_ms(session), _token())
         out = await self.recorder.apply(
-            task.id, resumed(prompt, after, self.instance_id, message_id), "task.resumed"
+            task.id,
+            resumed(prompt, after, self.instance_id, message_id, limits),
+            "task.resumed",
         )
         if out is None:
             current = await self._resolve(task.id, parent_session_id)
-            if current.status is TaskStatus.RESUMED:
+            if _being_resumed(current):
                 raise TaskBeingResumedError(task.id)
             raise TaskNotCompletedError(task.id, current.status.value)
-        task = out[0]
-        run = self.watcher.follow(task)
-        self.launches.spawn(self.launcher.resume(task, run, prompt, after))
+        return await self._admit_at_once(out[0])
+
+    # -- queue --------------------------------------------------------------------------------
+
+    async def _depth_of(self, parent_session_id: str) -> tuple[int, str]:
+        """The depth and the root of a new task of `parent_session_id`; `TaskDepthError` if
+        that session may not start tasks (it is a task's child ``max_depth`` deep)."""
+        parent_task = await self.store.find_by_session(parent_session_id)
+        if parent_task is None or parent_task.backend != self.backend_name:
+            return 1, parent_session_id
+        if parent_task.depth >= self.config.max_depth:
+            raise TaskDepthError(parent_task.depth, self.config.max_depth)
+        return parent_task.depth + 1, parent_task.root_session_id
+
+    async def _keep_queue_bound(self, task: Task) -> None:
+        """`QueueFullError` (and the new task and its session gone) when its parent has
+        ``max_queued_per_parent`` tasks waiting before it.
+
+        Checked after the insert, by its place in its parent's queue: of tasks stored at once,
+        exactly those past the bound go, whichever manager stored them. A task admitted in the
+        meantime stays (it no longer waits).
+        """
+        view = await self.store.queue_view(self.backend_name)
+        mine = (task.created_at, task.id)
+        place = sum(
+            1
+            for e in view.entries
+            if e.parent == task.parent_session_id and not e.running and (e.created_at, e.id) < mine
+        )
+        cap = self.config.max_queued_per_parent
+        if place < cap or await self.store.delete_queued(task.id) is None:
+            return
+        if task.session_id:
+            await self._drop_session(task.session_id)
+        raise QueueFullError(place, cap)
+
+    async def _drop_session(self, session_id: str) -> None:
+        try:
+            await self.backend.delete_session(session_id)
+        except BackendError as cleanup:
+            log.warning("could not delete session %s: %s", session_id, cleanup)
+
+    async def _admit_at_once(self, task: Task) -> Task:
+        """Admit what the caps allow now; `task` as it is after that (running, or queued).
+
+        A fork being prepared here may be admitted too: its prompt waits for the preparation
+        in this process (a fork prepared elsewhere is admitted once it is ready).
+        """
+        include = task.id if task.fork_pending and task.id in self._forks else None
+        try:
+            for admitted in await self.admitter.admit_now(include=include):
+                if admitted.id == task.id:
+                    return admitted
+        except StoreError as exc:
+            # it is stored and queued: the admitter's next pass starts it
+            log.warning("admission after queueing %s failed (retried): %s", task.id, exc)
+            self.admitter.poke()
         return task
 
-    async def _adopt(self, tasks: builtins.list[Task]) -> None:
-        """Follow tasks taken over from a dead (or closed) manager; start again the turns whose
-        prompt may not have reached the server (re-sending it is idempotent: same message id)."""
+    def _start_fork(self, task: Task) -> None:
+        """Build and inject a new forked task's context now, in the background."""
+        job = self.jobs.spawn(self._prepare_fork(task))
+        self._forks[task.id] = job
+        job.add_done_callback(lambda _: self._forks.pop(task.id, None))
+
+    async def _prepare_fork(self, task: Task) -> None:
+        if await self.launcher.prepare_fork(task):
+            self.admitter.poke()
+
+    def _followup_due(self, task: Task) -> None:
+        """A turn ended into a queued follow-up: send it (started in the store already), or,
+        when the turn's end could not name its last message, start it from here."""
+        if task.status.active and task.turn_started_at is None:
+            run = self.watcher.follow(task)
+            # a try again waits out its backoff as a plain job (a graceful close does not wait
+            # for it: the next owner sends it, with the same message id)
+            (self.jobs if task.retry_at is not None else self.launches).spawn(
+                self._send_turn(task, run)
+            )
+        elif task.status is TaskStatus.COMPLETED and task.pending_followups:
+            self.launches.spawn(self._send_queued(task))
+
+    async def _send_turn(self, task: Task, run: Run) -> None:
+        """Send a turn the store started without sending: a follow-up, or a try again after
+        a provider error (after its backoff, `retry_at`)."""
+        if task.retry_at is not None:
+            await asyncio.sleep(max(0.0, (task.retry_at - now_ms()) / 1000))
+            try:
+                current = await self.store.get(task.id)
+            except StoreError as exc:
+                log.info("try again of %s postponed: %s", task.id, exc)
+                current = task
+            if current is None or current.turn != task.turn or not current.status.active:
+                return  # cancelled or cleared while it waited
+        prompt = task.last_prompt or task.prompt
+        await self.launcher.resume(task, run, prompt, task.turn_after_message_id)
+
+    async def _send_queued(self, task: Task) -> None:
+        """Start a completed task's first queued follow-up (reads the child's last message)."""
+        assert task.session_id is not None
+        followup = task.pending_followups[0]
+        try:
+            session = await self.backend.get_session(task.session_id)
+            last = await self.backend.messages(task.session_id, limit=1)
+            after = str(last[-1]["info"]["id"]) if last else None
+            message_id = message_id_after(after, _created_ms(session), followup.token)
+            out = await self.recorder.apply(
+                task.id,
+                resumed_queued(followup.id, after, self.instance_id, message_id),
+                "task.resumed",
+                background=True,
+            )
+        except (BackendError, StoreError) as exc:
+            log.warning("queued follow-up of %s not sent: %s", task.id, exc)
+            return
+        if out is not None:
+            self._followup_due(out[0])
+
+    def _admitted(self, tasks: builtins.list[Task]) -> None:
+        """Follow the tasks this manager admitted, and send their prompts."""
         for task in tasks:
+            created = task.id in self._creating
+            self._creating.discard(task.id)
+            if created:
+                self._created[task.id] = task
+            self.recorder.changed(task, "task.created" if created else "task.updated")
+            run = self.watcher.follow(task)
+            self.launches.spawn(self._launch(task, run))
+
+    async def _launch(self, task: Task, run: Run) -> None:
+        """Send an admitted turn's prompt, once its fork (if any) is in its session."""
+        if task.fork_pending:
+            ready = await self._fork_ready(task)
+            if ready is None:
+                return
+            task = ready
+        await self.launcher.launch(task, run)
+
+    async def _fork_ready(self, task: Task) -> Task | None:
+        """The admitted task once its fork is prepared (by the job started when it was asked
+        for, or here when that job is gone: a takeover); None if it ended meanwhile."""
+        job = self._forks.get(task.id)
+        if job is not None:
+            await asyncio.wait({job})
+        try:
+            current = await self.store.get(task.id)
+            if current is not None and current.fork_pending and current.status.active:
+                await self.launcher.prepare_fork(current)
+                current = await self.store.get(task.id)
+        except StoreError as exc:
+            await self.watcher.finish(
+                task.id, task.turn, TaskStatus.ERROR, error=f"fork: reading the task failed: {exc}"
+            )
+            return None
+        if (
+            current is None
+            or current.fork_pending
+            or current.turn != task.turn
+            or not current.status.active
+        ):
+            return None
+        return current
+
+    def _on_change(self, change: TaskChange) -> None:
+        """A turn that ended frees a slot: a queued task may start."""
+        if change.kind in _SLOT_FREEING:
+            self.admitter.poke()
+
+    async def _adopt(self, tasks: builtins.list[Task]) -> None:
+        """Follow tasks taken over from a dead (or closed) manager; prepare the forks of
+        queued ones that it had not prepared (the queue admits them, whoever owns them)."""
+        for task in tasks:
+            if task.status is TaskStatus.QUEUED:
+                if task.fork_pending:
+                    self._start_fork(task)
+                continue
             if task.session_id is None:
                 # stored by an older version between accepting the task and creating its session
                 await self.watcher.finish(task.id, task.turn, TaskStatus.ERROR, error=NOT_STARTED)
@@ -607,13 +950,15 @@ class TaskManager:
             if started_task is not None:
                 self.watcher.follow(started_task)
                 continue
+            # admitted, its prompt maybe never sent (and its fork maybe not prepared): send it
+            # again (the same message id: one message, answered once)
             run = self.watcher.follow(task)
-            if task.status is TaskStatus.RESUMED:
-                prompt = task.last_prompt or task.prompt
-                after = task.turn_after_message_id
-                self.launches.spawn(self.launcher.resume(task, run, prompt, after))
+            if task.tries and task.status is not TaskStatus.RESUMED:
+                # a try again after a provider error (after its backoff)
+                self._followup_due(task)
             else:
-                self.launches.spawn(self.launcher.launch(task, run, present))
+                self.launches.spawn(self._launch(task, run))
+        self.admitter.poke()
 
     async def _message_ids(self, task: Task) -> dict[str, JSON] | None:
         """The child's messages by id, or None when they cannot be read now."""
@@ -650,8 +995,9 @@ class TaskManager:
         return None
 
     async def _running_tasks(self, parent_session_id: str) -> int:
+        """The parent's tasks still to end: running, or queued."""
         tasks = await self.store.list_tasks(
-            parent_session_id, ACTIVE_STATUSES, backend=self.backend_name
+            parent_session_id, PENDING_STATUSES, backend=self.backend_name
         )
         return len(tasks)
 
@@ -673,3 +1019,8 @@ class TaskManager:
             await self.watcher.session_gone(run)
         if await self.store.list_tasks(session_id, backend=self.backend_name):
             await self.clear(session_id)
+
+
+def _being_resumed(task: Task) -> bool:
+    """A follow-up of the task is queued or running."""
+    return task.resume_count > 0 and task.status in (TaskStatus.QUEUED, TaskStatus.RESUMED)

@@ -8,12 +8,14 @@ import time
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TaskStatus(str, Enum):
-    """Lifecycle: running -> completed | error | cancelled; completed -> resumed -> completed."""
+    """Lifecycle: queued -> running -> completed | error | cancelled; completed -> (queued ->)
+    resumed -> completed. A queued task waits for a free slot under the caps (no turn runs)."""
 
+    QUEUED = "queued"
     RUNNING = "running"
     RESUMED = "resumed"
     COMPLETED = "completed"
@@ -24,6 +26,11 @@ class TaskStatus(str, Enum):
     def active(self) -> bool:
         """True while a turn of the child runs (launch or resume)."""
         return self in (TaskStatus.RUNNING, TaskStatus.RESUMED)
+
+    @property
+    def pending(self) -> bool:
+        """True while the task has work to do: queued for a slot, or running a turn."""
+        return self is TaskStatus.QUEUED or self.active
 
 
 def now_ms() -> int:
@@ -69,6 +76,67 @@ class TaskProgress(BaseModel):
     steps: int = 0
     #: tool calls by tool name (the stats add them up across tasks)
     tools: dict[str, int] = Field(default_factory=dict)
+    #: OpenCode retrying the provider now: ``{attempt, message, next}`` (``next``: epoch ms)
+    retry: dict[str, Any] | None = None
+    #: how many times OpenCode retried the provider in this turn (its retry status's attempt)
+    provider_retries: int = 0
+    #: the model that answered the turn (``provider/model`` of its last assistant message)
+    model: str | None = None
+
+
+class FollowUp(BaseModel):
+    """A prompt for a running task, stored until its current turn ends (``when``)."""
+
+    id: str = Field(default_factory=lambda: new_id("fup"))
+    prompt: str
+    #: ``when="now"``: the running turn is aborted for it (it goes before the others)
+    interrupt: bool = False
+    #: the tail of its message id (`message_id_after`), so a re-sent prompt is one message
+    token: str = Field(default_factory=lambda: os.urandom(5).hex())
+    queued_at: int = Field(default_factory=now_ms)
+
+
+class TaskUsage(BaseModel):
+    """Tokens and cost of a child's model calls: the sums of its assistant messages'
+    ``info.tokens`` and ``info.cost`` (USD, as OpenCode prices them)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Every token counted: input, output, reasoning, cache read and cache write."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.reasoning_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+    def __add__(self, other: TaskUsage) -> TaskUsage:
+        return TaskUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost=self.cost + other.cost,
+        )
+
+
+class TaskLimits(BaseModel):
+    """Limits the `asyncagents_task` call set for one task, lower than the manager's (None:
+    the manager's)."""
+
+    max_runtime: float | None = None
+    max_tool_calls: int | None = None
+    max_cost: float | None = None
+    max_tokens: int | None = None
 
 
 class Task(BaseModel):
@@ -104,10 +172,52 @@ class Task(BaseModel):
     result_retrieved_at: int | None = None
     progress: TaskProgress = Field(default_factory=TaskProgress)
     fork_stats: dict[str, Any] | None = None
+    #: the child's model, ``provider/model``; None: the server's default (per-model caps count
+    #: it under ``default``)
+    model: str | None = None
+    #: a fork keeps only the last N user turns of the parent; None: all
+    fork_turns: int | None = None
+    #: follow-ups sent to the running task, oldest first: each is the next resume
+    pending_followups: list[FollowUp] = Field(default_factory=list)
+    #: the model of each try of the current turn, once it was tried again after a provider
+    #: error (empty: one try)
+    tries: list[str | None] = Field(default_factory=list)
+    #: when the next try of the turn is sent (epoch ms), and the error it follows
+    retry_at: int | None = None
+    retry_error: str | None = None
     #: name of the backend (session server) the task runs on; other backends' managers skip it
     backend: str = ""
-    #: instance id of the manager that follows the task (under its lease); None = nobody yet
+    #: instance id of the manager that follows the task (under its lease); None = nobody yet.
+    #: A queued task's owner only prepares its fork: any live manager of the backend admits it
     owner: str | None = None
+    #: 1 for a task of a top-level session, 2 for a task its child started, and so on
+    depth: int = 1
+    #: the top-level session of the task's tree (its parent's root, else its parent)
+    root_session_id: str = ""
+    #: a forked task whose copy of the parent's context is not in its session yet; it is not
+    #: admitted before
+    fork_pending: bool = False
+    #: when the current turn was admitted (left the queue)
+    admitted_at: int | None = None
+
+    @model_validator(mode="after")
+    def _default_root(self) -> Task:
+        """A task of a top-level session is the root of its tree (also for older records)."""
+        if not self.root_session_id:
+            self.root_session_id = self.parent_session_id
+        return self
+
+    #: tokens and cost of every turn together, and of the current (or last) turn
+    usage: TaskUsage = Field(default_factory=TaskUsage)
+    turn_usage: TaskUsage = Field(default_factory=TaskUsage)
+    #: `usage` by model (``providerID/modelID`` of the assistant messages)
+    usage_by_model: dict[str, TaskUsage] = Field(default_factory=dict)
+    limits: TaskLimits = Field(default_factory=TaskLimits)
+
+    @property
+    def tree_id(self) -> str:
+        """The top-level session whose tree of tasks this task belongs to."""
+        return self.root_session_id or self.parent_session_id
 
     @property
     def label(self) -> str:
@@ -146,6 +256,10 @@ class Notice(BaseModel):
     #: manager instance that claimed the notice for delivery, until `claim_expires_at` (ms)
     claimed_by: str | None = None
     claim_expires_at: int | None = None
+    #: the whole result the text shows (cut), and where it sits in the text: a delivery of
+    #: many notices cuts it further to keep them all within a bound
+    result: str | None = None
+    result_span: tuple[int, int] | None = None
 
 
 class OutputResult(BaseModel):

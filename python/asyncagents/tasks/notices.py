@@ -22,13 +22,17 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from ..config import ForkConfig
+from ..reference.truncate import cut_head_tail
 from .backend import JSON, PromptRequest, SessionBackend
 from .config import TaskManagerConfig
 from .errors import BackendError, SessionNotFoundError
 from .jobs import wait_event
 from .markdown import code, code_label
 from .models import Notice, NoticeKind, Task, now_ms
+from .retries import task_attempts
 from .store import TaskStore
+from .usage import usage_detail
 
 log = logging.getLogger(__name__)
 
@@ -43,35 +47,155 @@ def notice_tag(notice_id: str) -> str:
     return f"[asyncagents notice {notice_id}]"
 
 
-def format_notice(notice_id: str, task: Task, kind: NoticeKind) -> str:
-    """The text the parent reads for one ended turn."""
-    head = notice_tag(notice_id)
+#: how a notice cuts a long result: as the fork pipeline cuts a long tool output (head 80 %,
+#: tail 20 %, a marker saying how many characters are left out)
+NOTICE_CUT = ForkConfig()
+#: the default of `TaskManagerConfig.notice_result_chars`
+NOTICE_RESULT_CHARS = 4000
+NO_REPLY = "(the task finished without a text reply)"
+
+
+def result_cut_line(task_id: str, total: int) -> str:
+    """The line after a cut result: where the whole of it is."""
+    read = code(f'asyncagents_output(task_id="{task_id}")')
+    return f"The result above is cut; it has {total:,} characters. Read all of it with {read}."
+
+
+def result_block(task_id: str, result: str, limit: int) -> str:
+    """`result` as a notice carries it: whole when it fits in `limit` characters, else its
+    head and tail around the marker, then `result_cut_line`."""
+    if len(result) <= limit:
+        return result
+    return f"{cut_head_tail(result, limit, NOTICE_CUT)}\n{result_cut_line(task_id, len(result))}"
+
+
+def usage_line(task: Task) -> str:
+    """One line of tokens and cost: the task's, or this turn's and all turns' after a resume."""
+    if task.resume_count == 0:
+        return f"Usage: {usage_detail(task.usage)}."
+    return (
+        f"Usage: this turn {usage_detail(task.turn_usage)}; all turns {usage_detail(task.usage)}."
+    )
+
+
+def _notice_parts(
+    notice_id: str, task: Task, kind: NoticeKind, note: str = ""
+) -> tuple[str, str | None, str]:
+    """(text before the result, the result or None, text after it) of one ended turn; `note`
+    (a line) comes just before the last line, which is always the usage."""
+    head = f"{notice_tag(notice_id)}\n"
+    usage = f"{note}\n{usage_line(task)}" if note else usage_line(task)
+    model = f"Model: {task.model}\n" if task.model else ""
+    attempts = task_attempts(task)
+    if attempts:
+        model += attempts + "\n"
     read = code(f'asyncagents_output(task_id="{task.id}")')
     where = f"Read it again with {read}."
     label = code_label(task)
     resume = code(f'asyncagents_task(resume="{task.id}", prompt=...)')
     if kind is NoticeKind.ERROR:
         return (
-            f"{head}\nBackground task {label} failed: {task.description}\n"
-            f"Error: {task.error}\n{where} Start a new asyncagents_task to try again."
+            f"{head}Background task {label} failed: {task.description}\n"
+            f"{model}Error: {task.error}\n{where} Start a new asyncagents_task to try again."
+            f"\n{usage}",
+            None,
+            "",
         )
     if kind is NoticeKind.RESUME_FAILED:
         return (
-            f"{head}\nBackground task {label} could not answer your follow-up: "
-            f"{task.description}\nError: {task.error}\n"
+            f"{head}Background task {label} could not answer your follow-up: "
+            f"{task.description}\n{model}Error: {task.error}\n"
             "The task is completed again and keeps its previous result. "
-            f"{where} Resume it with {resume}."
+            f"{where} Resume it with {resume}.\n{usage}",
+            None,
+            "",
         )
-    result = task.result or "(the task finished without a text reply)"
+    result = task.result or NO_REPLY
     if kind is NoticeKind.RESUME_COMPLETED:
         return (
-            f"{head}\nBackground task {label} answered your follow-up: {task.description}\n"
-            f"Full response:\n{result}\n\n{where}"
+            f"{head}Background task {label} answered your follow-up: {task.description}\n"
+            f"{model}Full response:\n",
+            result,
+            f"\n\n{where}\n{usage}",
         )
     return (
-        f"{head}\nBackground task {label} completed: {task.description}\n"
-        f"Result:\n{result}\n\n{where} Continue it with {resume}."
+        f"{head}Background task {label} completed: {task.description}\n{model}Result:\n",
+        result,
+        f"\n\n{where} Continue it with {resume}.\n{usage}",
     )
+
+
+def build_notice(
+    notice_id: str,
+    task: Task,
+    kind: NoticeKind,
+    result_chars: int = NOTICE_RESULT_CHARS,
+    note: str = "",
+) -> Notice:
+    """The notice of one ended turn, its result cut to `result_chars` (and `note`, a line,
+    before its usage line); it keeps the whole result and where it sits in the text, so a
+    delivery of many can cut them all further."""
+    before, result, after = _notice_parts(notice_id, task, kind, note)
+    if result is None:
+        return Notice(
+            id=notice_id,
+            task_id=task.id,
+            parent_session_id=task.parent_session_id,
+            kind=kind,
+            turn=task.turn,
+            text=before,
+            backend=task.backend,
+        )
+    block = result_block(task.id, result, result_chars)
+    return Notice(
+        id=notice_id,
+        task_id=task.id,
+        parent_session_id=task.parent_session_id,
+        kind=kind,
+        turn=task.turn,
+        text=before + block + after,
+        backend=task.backend,
+        result=result,
+        result_span=(len(before), len(before) + len(block)),
+    )
+
+
+def format_notice(
+    notice_id: str, task: Task, kind: NoticeKind, result_chars: int = NOTICE_RESULT_CHARS
+) -> str:
+    """The text the parent reads for one ended turn."""
+    return build_notice(notice_id, task, kind, result_chars).text
+
+
+def shares(lengths: list[int], budget: int) -> list[int]:
+    """How many characters each of several results may keep so that together they keep at
+    most `budget`: the short ones whole, the rest an equal share of what is left."""
+    out = list(lengths)
+    if sum(lengths) <= budget:
+        return out
+    left = budget
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    for rank, index in enumerate(order):
+        share = left // (len(order) - rank)
+        out[index] = min(lengths[index], share)
+        left -= out[index]
+    return out
+
+
+def bounded_texts(notices: Sequence[Notice], budget: int) -> list[str]:
+    """The notices' texts, their results cut so that together they carry at most `budget`
+    characters of results."""
+    results = [n.result if n.result is not None and n.result_span else "" for n in notices]
+    allowed = shares([len(r) for r in results], budget)
+    texts: list[str] = []
+    for notice, result, limit in zip(notices, results, allowed, strict=True):
+        if notice.result_span is None or notice.result is None or len(result) <= limit:
+            texts.append(notice.text)
+            continue
+        start, end = notice.result_span
+        block = result_block(notice.task_id, result, limit)
+        texts.append(notice.text[:start] + block + notice.text[end:])
+    return texts
 
 
 def running_line(running: int) -> str:
@@ -83,9 +207,15 @@ def running_line(running: int) -> str:
     return f"You have {running} background tasks still running."
 
 
-def format_delivery(notices: Sequence[Notice], running: int) -> str:
-    """One prompt for all the notices delivered to a parent at once, oldest first."""
-    return "\n\n".join([*(n.text for n in notices), running_line(running)])
+def format_delivery(
+    notices: Sequence[Notice], running: int, result_chars: int | None = None
+) -> str:
+    """One prompt for all the notices delivered to a parent at once, oldest first; with
+    `result_chars`, their results together keep at most that many characters."""
+    texts = (
+        [n.text for n in notices] if result_chars is None else bounded_texts(notices, result_chars)
+    )
+    return "\n\n".join([*texts, running_line(running)])
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -251,7 +381,9 @@ class NoticeCourier:
                 fresh.append(notice)
         if not fresh:
             return 0
-        text = format_delivery(fresh, await self._running_tasks(parent))
+        text = format_delivery(
+            fresh, await self._running_tasks(parent), self._config.notice_result_chars
+        )
         if self._config.wake == "never":
             await self._backend.prompt(parent, PromptRequest(text=text, no_reply=True))
         else:

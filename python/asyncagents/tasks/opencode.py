@@ -597,6 +597,14 @@ class OpenCodeBackend:
         out: dict[str, JSON] = self._json(await self._call("GET", "/session/status"), dict)
         return out
 
+    async def providers(self) -> JSON:
+        out: JSON = self._json(await self._call("GET", "/config/providers"), dict)
+        return out
+
+    async def server_config(self) -> JSON:
+        out: JSON = self._json(await self._call("GET", "/config"), dict)
+        return out
+
     # -- the event stream -------------------------------------------------------------------------
 
     async def events(self) -> AsyncIterator[JSON]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .models import Task, TaskStatus
+from .models import Task, TaskStatus, TaskUsage
 
 SortField = Literal["created_at", "updated_at"]
 #: how long a store remembers a cleared task for `changed_since` (ms): a reader that polls less
@@ -53,7 +53,11 @@ class TaskQuery(BaseModel):
         return has_nul(self.backend, self.parent_session_id, self.agent, self.text)
 
     def empty_page(self) -> TaskPage:
-        return TaskPage(tasks=[], total=0 if self.count else None)
+        return TaskPage(
+            tasks=[],
+            total=0 if self.count else None,
+            usage=TaskUsage() if self.count else None,
+        )
 
 
 class TaskPage(BaseModel):
@@ -62,6 +66,8 @@ class TaskPage(BaseModel):
     tasks: list[Task]
     #: every task matching the filters (all pages); None when not counted
     total: int | None
+    #: tokens and cost of every task matching the filters (as stored); None when not counted
+    usage: TaskUsage | None = None
     #: (sort key, id) of the page's last task when more follow (the next page's `after`)
     next_after: tuple[int, str] | None = None
 
@@ -76,6 +82,17 @@ class DurationSummary(BaseModel):
     max_ms: int | None = None
 
 
+class UsageSums(BaseModel):
+    """Tokens and cost of tasks: in all, and by agent, model (``provider/model``), parent session
+    and tree (top-level session); every agent, parent and tree of the tasks has its key."""
+
+    total: TaskUsage = Field(default_factory=TaskUsage)
+    by_agent: dict[str, TaskUsage] = Field(default_factory=dict)
+    by_model: dict[str, TaskUsage] = Field(default_factory=dict)
+    by_parent: dict[str, TaskUsage] = Field(default_factory=dict)
+    by_tree: dict[str, TaskUsage] = Field(default_factory=dict)
+
+
 class TaskStats(BaseModel):
     """Counts over one backend's tasks (of one parent, when asked)."""
 
@@ -87,6 +104,8 @@ class TaskStats(BaseModel):
     #: tasks whose tool calls by name were not recorded (ended before this was kept)
     tools_unrecorded: int
     durations: DurationSummary
+    #: tokens and cost (as stored: a running turn's as of its last write)
+    usage: UsageSums = Field(default_factory=UsageSums)
 
 
 class TaskChanges(BaseModel):
@@ -124,6 +143,67 @@ def matches(task: Task, query: TaskQuery) -> bool:
         and (query.statuses is None or task.status in query.statuses)
         and (query.agent is None or no_nul(task.agent) == query.agent)
         and (not query.text or query.text.casefold() in search_text(task))
+    )
+
+
+#: the decimals a summed cost keeps: sums kept by adding and taking away (the stores' running
+#: totals) differ from a fresh sum by rounding noise far below a millionth of a cent
+COST_DECIMALS = 12
+
+
+def summed_usage(
+    input_tokens: Any = 0,
+    output_tokens: Any = 0,
+    reasoning_tokens: Any = 0,
+    cache_read_tokens: Any = 0,
+    cache_write_tokens: Any = 0,
+    cost: Any = 0.0,
+) -> TaskUsage:
+    """A sum of usages from its parts (SQL sums: None for no rows), the cost rounded to
+    `COST_DECIMALS` (so every store gives the same sum)."""
+    return TaskUsage(
+        input_tokens=int(input_tokens or 0),
+        output_tokens=int(output_tokens or 0),
+        reasoning_tokens=int(reasoning_tokens or 0),
+        cache_read_tokens=int(cache_read_tokens or 0),
+        cache_write_tokens=int(cache_write_tokens or 0),
+        cost=round(float(cost or 0.0), COST_DECIMALS) + 0.0,
+    )
+
+
+def add_usage(tasks: Sequence[Task]) -> TaskUsage:
+    """The sum of `tasks`' usage (`summed_usage`)."""
+    total = TaskUsage()
+    for task in tasks:
+        total = total + task.usage
+    return summed_usage(**total.model_dump())
+
+
+def usage_sums(tasks: Sequence[Task]) -> UsageSums:
+    """Tokens and cost of tasks in hand (the reference for the SQL stores)."""
+    groups: dict[str, dict[str, TaskUsage]] = {
+        "by_agent": {},
+        "by_model": {},
+        "by_parent": {},
+        "by_tree": {},
+    }
+
+    def add(group: str, key: str, usage: TaskUsage) -> None:
+        sums = groups[group]
+        sums[key] = sums.get(key, TaskUsage()) + usage
+
+    for task in tasks:
+        add("by_agent", no_nul(task.agent), task.usage)
+        add("by_parent", task.parent_session_id, task.usage)
+        add("by_tree", task.tree_id, task.usage)
+        for model, usage in task.usage_by_model.items():
+            add("by_model", model, usage)
+    return UsageSums(
+        total=add_usage(tasks),
+        **{
+            group: {k: summed_usage(**sums[k].model_dump()) for k in sorted(sums)}
+            for group, sums in groups.items()
+        },
     )
 
 
@@ -199,6 +279,7 @@ def stats_of(tasks: Sequence[Task]) -> TaskStats:
         tool_calls=sorted_tools(tools),
         tools_unrecorded=unrecorded,
         durations=duration_summary(durations),
+        usage=usage_sums(tasks),
     )
 
 

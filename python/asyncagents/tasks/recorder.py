@@ -119,10 +119,12 @@ class Recorder:
 
     def changed(self, task: Task, kind: TaskChangeKind, notice: Notice | None = None) -> None:
         """What follows a stored change (also called for changes stored elsewhere: insert...)."""
-        if not task.status.active:
+        # a queued copy leaves the run alone: it may come after the task's admission by another
+        # coroutine (it is old news then)
+        if not task.status.pending:
             if self._registry.drop(task.id, task.turn) is not None:
                 self.completions += 1
-        else:
+        elif task.status.active:
             run = self._registry.get(task.id)
             if run is not None and run.turn == task.turn:
                 run.task = task  # progress events show the task as stored now
@@ -137,7 +139,8 @@ class Recorder:
         self._changed = asyncio.Event()
 
     async def wait_ended(self, task_id: str, timeout: float) -> bool:
-        """True when the task's current turn ended (or it is gone) within `timeout` s.
+        """True when the task's current turn (queued or running) ended (or it is gone) within
+        `timeout` s.
 
         Changes made here wake the wait at once; changes made by another manager (a takeover
         owner, a cancel from another worker) are seen at the next re-read, every poll interval.
@@ -151,7 +154,7 @@ class Recorder:
         while True:
             changed = self._changed  # taken before the read: no change is missed
             current = await self.store.get(task_id)
-            if current is None or current.turn != turn or not current.status.active:
+            if current is None or current.turn != turn or not current.status.pending:
                 return True
             left = end - loop.time()
             if left <= 0:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .models import Task, TaskProgress
+from .usage import UsageCounter
 
 
 @dataclass(eq=False)
@@ -38,6 +39,13 @@ class Run:
     check_pending: bool = False
     #: the tool calls of the turn events or the last check showed (a new one is progress)
     call_ids: set[str] = field(default_factory=set)
+    #: tokens and cost of the session's assistant messages, from reads and events
+    usage: UsageCounter = field(default_factory=UsageCounter)
+    #: monotonic time of the child's last progress (a message, part or tool change); unlike
+    #: `alive_at`, a busy status is not progress (a hung model stream stays busy)
+    progress_at: float | None = None
+    #: the turn's `TurnState.activity` at the last read
+    activity: tuple[int, int, int, int] | None = None
 
     @property
     def task_id(self) -> str:
@@ -46,6 +54,17 @@ class Run:
     def touch(self) -> None:
         """The session showed life (an event, or busy in the status)."""
         self.alive_at = time.monotonic()
+
+    def progressed(self) -> None:
+        """The child made progress (which is also a sign of life)."""
+        self.progress_at = self.alive_at = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds without progress; the clock starts at the first call."""
+        now = time.monotonic()
+        if self.progress_at is None:
+            self.progress_at = now
+        return now - self.progress_at
 
     def quiet_for(self) -> float:
         """Seconds without a sign of life; the clock starts at the first call."""

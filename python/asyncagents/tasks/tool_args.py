@@ -14,14 +14,20 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
 from ..plain import surrogate_free
-from .models import TaskStatus
+from .models import TaskLimits, TaskStatus
+from .tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 
-#: the one default wait of asyncagents_output(block=true), in code and in its description
-DEFAULT_OUTPUT_TIMEOUT_SECONDS = 120.0
 #: the longest wait a caller may ask for
 MAX_OUTPUT_TIMEOUT_SECONDS = 600.0
 #: the most messages asyncagents_output returns at once
@@ -107,11 +113,69 @@ def _status(value: Any) -> TaskStatus | None:
     raise _problem(f"must be one of {', '.join(s.value for s in TaskStatus)}")
 
 
+def _positive(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    number = _number(value)
+    if number <= 0:
+        raise _problem("must be more than 0")
+    return number
+
+
+def _positive_count(value: Any) -> int | None:
+    number = _positive(value)
+    if number is None:
+        return None
+    if not number.is_integer():
+        raise _problem("must be a whole number")
+    return int(number)
+
+
+#: the longest model name (``provider/model``) a call may give
+MAX_MODEL_CHARS = 300
+
+
+def _model(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _problem("must be a string written provider/model")
+    if len(value) > MAX_MODEL_CHARS:
+        raise _problem(f"is longer than {MAX_MODEL_CHARS} characters")
+    if not surrogate_free(value):
+        raise _problem("must be valid Unicode text (it holds a lone surrogate)")
+    return value.strip()
+
+
+def _fork_turns(value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "all")):
+        return None
+    try:
+        number = _number(value)
+    except PydanticCustomError:
+        raise _problem('must be "all" or a whole number of at least 1') from None
+    if not number.is_integer() or number < 1:
+        raise _problem('must be "all" or a whole number of at least 1')
+    if number > MAX_MESSAGE_LIMIT:
+        raise _problem(f"must be at most {MAX_MESSAGE_LIMIT}")
+    return int(number)
+
+
+def _when(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("after_current", "now"):
+        return value.strip().lower()
+    raise _problem('must be "after_current" or "now"')
+
+
 Text = Annotated[str, BeforeValidator(_text)]
 OptionalText = Annotated[str | None, BeforeValidator(_optional_text)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Seconds = Annotated[float, BeforeValidator(_seconds)]
 Count = Annotated[int | None, BeforeValidator(_count)]
+Positive = Annotated[float | None, BeforeValidator(_positive)]
+PositiveCount = Annotated[int | None, BeforeValidator(_positive_count)]
 
 
 class ToolArguments(BaseModel):
@@ -131,6 +195,78 @@ class TaskArguments(ToolArguments):
     )
     resume: OptionalText = Field(
         default=None, description="Id of a completed task to continue with `prompt`."
+    )
+    max_runtime: Positive = Field(
+        default=None,
+        json_schema_extra={"exclusiveMinimum": 0},
+        description="Stop the task when one turn runs longer than this many seconds "
+        "(lowers the service's limit; cannot raise it).",
+    )
+    max_tool_calls: PositiveCount = Field(
+        default=None,
+        json_schema_extra={"minimum": 1},
+        description="Stop the task when one turn makes more tool calls than this (lowers the "
+        "service's limit).",
+    )
+    max_cost: Positive = Field(
+        default=None,
+        json_schema_extra={"exclusiveMinimum": 0},
+        description="Stop the task when it has cost more than this many USD (lowers the "
+        "service's limit).",
+    )
+    max_tokens: PositiveCount = Field(
+        default=None,
+        json_schema_extra={"minimum": 1},
+        description="Stop the task when it has used more tokens than this (lowers the "
+        "service's limit).",
+    )
+
+    @property
+    def limits(self) -> TaskLimits | None:
+        """The limits the call asked for, or None when it asked for none."""
+        asked = TaskLimits(
+            max_runtime=self.max_runtime,
+            max_tool_calls=self.max_tool_calls,
+            max_cost=self.max_cost,
+            max_tokens=self.max_tokens,
+        )
+        return asked if asked != TaskLimits() else None
+
+    when: Annotated[
+        str | None,
+        BeforeValidator(_when),
+        WithJsonSchema({"type": "string", "enum": ["after_current", "now"]}),
+    ] = Field(
+        default=None,
+        description=(
+            "With resume, for a task still running: after_current sends the follow-up when its "
+            "current turn ends, now aborts that turn and sends it at once."
+        ),
+    )
+    model: Annotated[str | None, BeforeValidator(_model)] = Field(
+        default=None,
+        description=(
+            "Model for a new task, written provider/model (default: the configured model, "
+            "else the server's default)."
+        ),
+    )
+    fork_turns: Annotated[
+        int | None,
+        BeforeValidator(_fork_turns),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "enum": ["all"]},
+                    {"type": "integer", "minimum": 1, "maximum": MAX_MESSAGE_LIMIT},
+                ]
+            }
+        ),
+    ] = Field(
+        default=None,
+        description=(
+            'With fork=true: "all" (the default) or N, to give only your last N user turns '
+            "and what followed them."
+        ),
     )
 
 

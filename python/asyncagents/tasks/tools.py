@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..plain import surrogate_free
+from .admission import QueuePlace
 from .conversation import format_conversation
 from .errors import StoreError, TaskError
 from .markdown import code, code_label
 from .models import OutputResult, Task, TaskStatus, now_ms
+from .notices import usage_line
+from .retries import DEFAULT_MODEL_NAME, task_attempts
 from .tool_args import (
-    DEFAULT_OUTPUT_TIMEOUT_SECONDS,
     MAX_OUTPUT_TIMEOUT_SECONDS,
     CancelArguments,
     ClearArguments,
@@ -33,6 +35,18 @@ from .tool_args import (
     parse_arguments,
     tool_parameters,
 )
+from .tool_names import (
+    CANCEL,
+    CLEAR,
+    DEFAULT_OUTPUT_TIMEOUT_SECONDS,
+    LIST,
+    OUTPUT,
+    TASK,
+    TOOL_NAMES,
+    disabled_tools,
+)
+from .transitions import dropped_line
+from .usage import usage_compact
 
 if TYPE_CHECKING:
     from .manager import TaskManager
@@ -49,18 +63,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TASK = "asyncagents_task"
-OUTPUT = "asyncagents_output"
-LIST = "asyncagents_list"
-CANCEL = "asyncagents_cancel"
-CLEAR = "asyncagents_clear"
-TOOL_NAMES: tuple[str, ...] = (TASK, OUTPUT, LIST, CANCEL, CLEAR)
 EMPTY_LIST = "No background tasks found"
-
-
-def disabled_tools() -> dict[str, bool]:
-    """The ``tools`` body field that keeps a child from spawning tasks of its own."""
-    return dict.fromkeys(TOOL_NAMES, False)
 
 
 class ToolDefinition(BaseModel):
@@ -83,7 +86,9 @@ TASK_TOOL = ToolDefinition(
         "completes or fails; meanwhile keep working. fork=true gives the child a copy of "
         "this conversation (long tool outputs shortened, oldest messages dropped to fit). "
         "resume=<task id> sends a follow-up prompt to a completed task, which keeps its "
-        "history; fork and resume cannot be combined. Children cannot start tasks themselves."
+        "history (to a running one with when=after_current or when=now); fork and resume "
+        "cannot be combined. model=provider/model picks the child's model. Children cannot "
+        "start tasks themselves."
     ),
     parameters=tool_parameters(TaskArguments),
 )
@@ -143,13 +148,50 @@ def _ago(ms: int | None, now: int) -> str:
     return f"{max(0.0, (now - ms) / 1000):.0f}s ago"
 
 
+def _on(task: Task) -> str:
+    """`` on provider/model`` after the agent, when the task has its own model."""
+    return f" on {task.model}" if task.model else ""
+
+
 def _wait_call(task: Task) -> str:
     """The blocking read of `task`, as code."""
     return code(f'asyncagents_output(task_id="{task.id}", block=true)')
 
 
-def format_started(task: Task) -> str:
-    """Reply to asyncagents_task (launch or resume)."""
+def queue_state(place: QueuePlace | None, max_running: int | None) -> str:
+    """Where a queued task stands: ``position 3 in the queue; 5/5 running on this server
+    (max_running)``, naming the widest cap that holds it back (else the server's count)."""
+    if place is None:
+        return "waiting in the queue"
+    if place.blockers:
+        b = place.blockers[0]
+        held = f"{b.running}/{b.cap} running {b.scope} ({b.name})"
+    elif max_running is not None:
+        held = f"{place.running}/{max_running} running on this server (max_running)"
+    else:
+        held = f"{place.running} running on this server"
+    return f"position {place.position} in the queue; {held}"
+
+
+def format_started(
+    task: Task, place: QueuePlace | None = None, max_running: int | None = None
+) -> str:
+    """Reply to asyncagents_task (launch or resume); `place` for a queued task."""
+    wait = f"To wait for it now, call {_wait_call(task)}."
+    if task.status is TaskStatus.QUEUED and task.resume_count > 0:
+        return (
+            f"Follow-up queued for background task {code_label(task)} ({task.agent}): "
+            f"{task.description} ({queue_state(place, max_running)})\n"
+            "Status: queued. It is sent by itself when a slot frees; you will get a notice with "
+            f"its full response when it answers. {wait}"
+        )
+    if task.status is TaskStatus.QUEUED:
+        return (
+            f"Background task queued: {code_label(task)} ({queue_state(place, max_running)})\n"
+            f"Agent: {task.agent}\nDescription: {task.description}\nStatus: queued\n"
+            "It starts by itself when a slot frees, and you will get a notice in this session "
+            f"when it completes or fails; continue with other work meanwhile. {wait}"
+        )
     if task.resume_count > 0 and task.status is TaskStatus.RESUMED:
         return (
             f"Follow-up sent to background task {code_label(task)} ({task.agent}): "
@@ -158,17 +200,84 @@ def format_started(task: Task) -> str:
         )
     return (
         f"Background task started: {code_label(task)}\nAgent: {task.agent}\n"
-        f"Description: {task.description}\nStatus: {task.status.value}\n"
+        + (f"Model: {task.model}\n" if task.model else "")
+        + f"Description: {task.description}\nStatus: {task.status.value}\n"
         "You will get a notice in this session when it completes or fails; continue with "
         f"other work meanwhile. To wait for it now, call {_wait_call(task)}."
     )
 
 
-def format_output(out: OutputResult) -> str:
-    """Reply to asyncagents_output."""
+def format_queued(task: Task, *, interrupt: bool) -> str:
+    """Reply to asyncagents_task(resume=..., when=...) for a task still running."""
+    if interrupt:
+        return (
+            f"Follow-up for background task {code(task.id)}: {task.description}\n"
+            "Its running turn is being aborted; the follow-up is sent as soon as it stops. "
+            "You will get a notice with its response."
+        )
+    return (
+        f"Follow-up queued for background task {code(task.id)}: {task.description}\n"
+        f"It is sent when the running turn ends ({len(task.pending_followups)} follow-up(s) "
+        "queued). You will get a notice with its response."
+    )
+
+
+def retry_lines(task: Task, now: int) -> list[str]:
+    """A running task's provider trouble: OpenCode retrying now, or our try again waiting."""
+    lines: list[str] = []
+    retry = task.progress.retry
+    if retry is not None:
+        wait = retry.get("next")
+        when = f", next try in {max(0, (wait - now) / 1000):.0f}s" if isinstance(wait, int) else ""
+        lines.append(
+            f"OpenCode is retrying the provider: attempt {retry.get('attempt')} "
+            f"({retry.get('message')}){when}."
+        )
+    if task.tries:
+        on = task.model or DEFAULT_MODEL_NAME
+        if task.retry_at is not None and task.turn_started_at is None:
+            lines.append(
+                f"Try {len(task.tries)} on {on} in {max(0, (task.retry_at - now) / 1000):.0f}s, "
+                f"after a provider error: {task.retry_error}"
+            )
+        else:
+            lines.append(
+                f"Try {len(task.tries)} on {on}, after a provider error: {task.retry_error}"
+            )
+    return lines
+
+
+def format_output(
+    out: OutputResult, place: QueuePlace | None = None, max_running: int | None = None
+) -> str:
+    """Reply to asyncagents_output (`place` for a queued task); its last line is the task's
+    tokens and cost."""
+    return f"{_output_text(out, place, max_running)}\n{usage_line(out.task)}"
+
+
+def _output_text(
+    out: OutputResult, place: QueuePlace | None = None, max_running: int | None = None
+) -> str:
     task = out.task
     now = now_ms()
-    head = f"Task {code_label(task)} [{task.status.value}] {task.agent}: {task.description}"
+    head = (
+        f"Task {code_label(task)} [{task.status.value}] {task.agent}{_on(task)}: {task.description}"
+    )
+    attempts = (
+        None if task.status.active or task.status is TaskStatus.QUEUED else task_attempts(task)
+    )
+    if attempts:
+        head += f"\n{attempts}"
+    if task.status is TaskStatus.QUEUED:
+        what = "follow-up" if task.resume_count > 0 else "task"
+        lines = [head, f"Waiting in the queue: {queue_state(place, max_running)}."]
+        if out.timed_out:
+            lines.insert(0, f"Still queued after waiting {out.waited_seconds:.0f}s.")
+        lines.append(
+            f"The {what} starts by itself: continue with other work (you will get a notice), "
+            "or call asyncagents_output again with block=true to wait."
+        )
+        return "\n".join(lines)
     if task.status.active:
         p = task.progress
         started = task.turn_started_at or task.created_at
@@ -178,6 +287,11 @@ def format_output(out: OutputResult) -> str:
             + (f" (last: {p.last_tool})" if p.last_tool else "")
             + f"; last activity {_ago(p.last_activity_at, now)}.",
         ]
+        if task.pending_followups:
+            lines.append(
+                f"{len(task.pending_followups)} queued follow-up(s) are sent when this turn ends."
+            )
+        lines.extend(retry_lines(task, now))
         if out.timed_out:
             lines.insert(0, f"Still running after waiting {out.waited_seconds:.0f}s.")
         lines.append(
@@ -205,19 +319,27 @@ def format_list(tasks: list[Task]) -> str:
         return EMPTY_LIST
     lines = ["Background tasks (newest first):"]
     for task in tasks:
-        lines.append(f"- {code_label(task)} [{task.status.value}] {task.agent}: {task.description}")
+        tries = f" ({len(task.tries)} attempts)" if task.tries else ""
+        retry = task.progress.retry if task.status.active else None
+        if retry is not None:
+            tries += f" (OpenCode retrying the provider: attempt {retry.get('attempt')})"
+        lines.append(
+            f"- {code_label(task)} [{task.status.value}] {task.agent}{_on(task)}: "
+            f"{task.description}{tries} ({usage_compact(task.usage)})"
+        )
     return "\n".join(lines)
 
 
-def format_cancelled(task: Task) -> str:
+def format_cancelled(task: Task, dropped: int = 0) -> str:
     """Reply to asyncagents_cancel (a cancelled follow-up leaves the task completed)."""
+    tail = f"\n{dropped_line(dropped)}" if dropped else ""
     if task.status is TaskStatus.COMPLETED:
         return (
             f"Cancelled the follow-up of background task {code_label(task)}: "
             f"{task.description}\n"
-            "It is completed again with its previous result."
+            "It is completed again with its previous result." + tail
         )
-    return f"Cancelled background task {code_label(task)}: {task.description}"
+    return f"Cancelled background task {code_label(task)}: {task.description}" + tail
 
 
 def format_cleared(tasks: list[Task]) -> str:
@@ -277,6 +399,17 @@ def _valid_unicode(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+async def _place(manager: TaskManager, task: Task) -> QueuePlace | None:
+    """A queued task's place (None otherwise, or if it cannot be read: the text says less)."""
+    if task.status is not TaskStatus.QUEUED:
+        return None
+    try:
+        return await manager.queue_place(task.id)
+    except TaskError as exc:
+        log.info("the queue place of %s cannot be read: %s", task.id, exc)
+        return None
+
+
 async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> str:
     task = await manager.task(
         session_id,
@@ -285,8 +418,27 @@ async def _task(manager: TaskManager, session_id: str, args: TaskArguments) -> s
         description=args.description,
         fork=args.fork,
         resume=args.resume,
+        limits=args.limits,
+        model=args.model,
+        fork_turns=args.fork_turns,
+        when=args.when,
     )
-    return format_started(task)
+    queued = [f for f in task.pending_followups if f.prompt == args.prompt]
+    if args.when is not None and queued:
+        return format_queued(task, interrupt=queued[-1].interrupt)
+    place = await _place(manager, task)
+    if task.status is TaskStatus.QUEUED and place is None:
+        # no longer queued: admitted meanwhile (by any manager), so say it started (as it did
+        # then; it may have ended since, which its notice tells)
+        try:
+            fresh = await manager.store.get(task.id)
+        except TaskError as exc:
+            log.info("%s cannot be read again: %s", task.id, exc)
+            fresh = None
+        if fresh is not None and fresh.status is not TaskStatus.QUEUED:
+            started = TaskStatus.RESUMED if fresh.resume_count > 0 else TaskStatus.RUNNING
+            task = fresh.model_copy(update={"status": started})
+    return format_started(task, place, manager.config.max_running)
 
 
 async def _output(
@@ -304,7 +456,7 @@ async def _output(
         out = await _unless_interrupted(read(True), interrupt, lambda: read(False))
     else:
         out = await read(args.block)
-    text = format_output(out)
+    text = format_output(out, await _place(manager, out.task), manager.config.max_running)
     if args.wants_conversation and out.task.session_id:
         chosen = await manager.read_messages(
             out.task.id,
@@ -351,7 +503,9 @@ async def _dispatch(
     if isinstance(args, ListArguments):
         return format_list(await manager.list(session_id, status=args.status))
     if isinstance(args, CancelArguments):
-        return format_cancelled(await manager.cancel(args.task_id, parent_session_id=session_id))
+        dropped: list[int] = []
+        task = await manager.cancel(args.task_id, parent_session_id=session_id, dropped=dropped)
+        return format_cancelled(task, sum(dropped))
     return format_cleared(await manager.clear(session_id))
 
 

@@ -24,10 +24,17 @@ class TurnState(BaseModel):
     done: bool = False
     error: str | None = None
     error_name: str | None = None
+    #: the assistant message's ``error`` as OpenCode stored it (for the retry decision)
+    error_object: dict[str, Any] | None = None
     text: str = ""
     progress: TaskProgress = TaskProgress()
     #: the ids of the turn's tool calls (`tool_call_id`)
     call_ids: set[str] = Field(default_factory=set)
+    #: what the messages hold so far (messages, parts, characters, tool states): it changes
+    #: whenever the child makes progress, so two reads that differ prove progress
+    activity: tuple[int, int, int, int] = (0, 0, 0, 0)
+    #: the id of the turn's last message, once it is done (a follow-up's prompt goes after it)
+    last_message_id: str | None = None
 
     @property
     def aborted(self) -> bool:
@@ -65,8 +72,17 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
     state = TurnState()
     texts: list[str] = []
     progress = TaskProgress()
+    parts_seen = chars = tool_marks = 0
     for message in turn:
         info = _dict(message.get("info"))
+        for part in message.get("parts") or ():
+            if isinstance(part, dict):
+                parts_seen += 1
+                chars += len(str(part.get("text") or ""))
+                pstate = _dict(part.get("state"))
+                tool_marks += len(str(pstate.get("status") or "")) + len(
+                    str(pstate.get("output") or _dict(pstate.get("metadata")).get("output") or "")
+                )
         times = _dict(info.get("time"))
         for key in ("created", "completed"):
             if isinstance(times.get(key), int):
@@ -77,6 +93,8 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
         if info.get("role") != "assistant" or info.get("summary") is True:
             continue
         progress.steps += 1
+        if isinstance(info.get("providerID"), str) and isinstance(info.get("modelID"), str):
+            progress.model = f"{info['providerID']}/{info['modelID']}"
         for part in message.get("parts") or ():
             if not isinstance(part, dict):
                 continue
@@ -93,14 +111,17 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
             elif kind == "text" and part.get("text") and not part.get("ignored"):
                 texts.append(str(part["text"]))
     state.progress = progress
+    state.activity = (len(turn), parts_seen, chars, tool_marks)
     state.text = "\n\n".join(t.strip() for t in texts if t.strip())
     if not turn or not state.started:
         return state
     last = _dict(turn[-1].get("info"))
     if last.get("role") != "assistant":
         return state
+    state.last_message_id = str(last.get("id") or "") or None
     if last.get("error"):
         state.error_name, state.error = format_error(last["error"])
+        state.error_object = last["error"] if isinstance(last["error"], dict) else None
         state.done = True
         return state
     finish = last.get("finish")

@@ -51,6 +51,26 @@ function fmtDuration(ms) {
   return `${h}h ${String(m % 60).padStart(2, "0")}m`;
 }
 
+// Tokens in at most 5 characters (950, 12.3k, 4.5M), as asyncagents_list shows them.
+function fmtTokens(n) {
+  if (n < 1000) return String(n);
+  if (n < 999950) return `${(n / 1000).toFixed(1)}k`;
+  return `${(n / 1000000).toFixed(1)}M`;
+}
+
+// Dollars with 2 to 4 decimals ($10.00, $0.0123), as the agents' texts show them.
+function fmtCost(usd) {
+  let text = (usd || 0).toFixed(4);
+  while (text.endsWith("0") && text.split(".")[1].length > 2) text = text.slice(0, -1);
+  return `$${text}`;
+}
+
+const TOKEN_FIELDS = ["input_tokens", "output_tokens", "reasoning_tokens", "cache_read_tokens", "cache_write_tokens"];
+
+function tokensOf(usage) {
+  return TOKEN_FIELDS.reduce((sum, k) => sum + ((usage && usage[k]) || 0), 0);
+}
+
 function fmtTime(ms) {
   return ms ? new Date(ms).toLocaleString() : "";
 }
@@ -232,7 +252,7 @@ function filters() {
 function matches(task, f) {
   if (!f.statuses.has(task.status)) return false;
   if (!f.text) return true;
-  return [task.id, task.agent, task.description, task.prompt, task.parent_session_id]
+  return [task.id, task.agent, task.model, task.description, task.prompt, task.parent_session_id]
     .some((v) => (v || "").toLowerCase().includes(f.text));
 }
 
@@ -254,7 +274,7 @@ function fillRow(row, task) {
   id.title = task.id;
   if (task.is_forked) id.append(el("span", "mark", "(forked)"));
   if (task.resume_count > 0) id.append(el("span", "mark", "(resumed)"));
-  const agent = el("span", "agent", task.agent);
+  const agent = el("span", "agent", task.model ? `${task.agent} · ${task.model}` : task.agent);
   const desc = el("span", "desc", task.description);
   desc.title = task.description;
   const dur = el("span", "dur", fmtDuration(durationOf(task)));
@@ -263,9 +283,14 @@ function fillRow(row, task) {
   const n = p.tool_calls || 0;
   const count = n || !p.last_tool ? `${n} tool${n === 1 ? "" : "s"}` : "tool";
   const tools = el("span", "tools", `${count}${p.last_tool ? ` · ${p.last_tool}` : ""}`);
-  row.append(badge, id, agent, desc, dur, tools);
+  const usage = task.usage || {};
+  const tokens = el("span", "tokens", `${fmtTokens(tokensOf(usage))} tok`);
+  tokens.title = `${tokensOf(usage).toLocaleString("en-US")} tokens`;
+  const cost = el("span", "cost", fmtCost(usage.cost));
+  row.append(badge, id, agent, desc, dur, tools, tokens, cost);
   const marks = `${task.is_forked ? " (forked)" : ""}${task.resume_count > 0 ? " (resumed)" : ""}`;
-  row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}, ${task.id}${marks}`);
+  const on = task.model ? ` on ${task.model}` : "";
+  row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}${on}, ${task.id}${marks}`);
 }
 
 function makeRow(task, level) {
@@ -283,7 +308,20 @@ function updateRowInPlace(task) {
   if (!row) return !matches(task, filters()); // hidden before and after: nothing to draw
   if (!matches(task, filters())) return false;
   fillRow(row, task);
+  const head = document.querySelector(`.group[data-parent="${CSS.escape(task.parent_session_id)}"] .parent-usage`);
+  if (head) {
+    const f = filters();
+    head.textContent = parentUsage([...state.tasks.values()].filter(
+      (t) => t.parent_session_id === task.parent_session_id && matches(t, f)));
+  }
   return true;
+}
+
+// " · 12.3k tokens · $0.05": what a parent's tasks used together.
+function parentUsage(tasks) {
+  const spent = tasks.reduce((sum, t) => sum + ((t.usage && t.usage.cost) || 0), 0);
+  const used = tasks.reduce((sum, t) => sum + tokensOf(t.usage), 0);
+  return ` · ${fmtTokens(used)} tokens · ${fmtCost(spent)}`;
 }
 
 function renderCounts() {
@@ -296,6 +334,16 @@ function renderCounts() {
     if (i) box.append(" · ");
     box.append(el("b", null, counts[s]), ` ${s}`);
   });
+  let tokens = 0;
+  let cost = 0;
+  for (const t of state.tasks.values()) {
+    tokens += tokensOf(t.usage);
+    cost += (t.usage && t.usage.cost) || 0;
+  }
+  const total = el("span", "usage-total");
+  total.id = "usage-total";
+  total.append(" — ", el("b", null, tokens.toLocaleString("en-US")), " tokens · ", el("b", null, fmtCost(cost)));
+  box.append(total);
 }
 
 function render() {
@@ -319,10 +367,15 @@ function render() {
   const groups = [...children.keys()].filter((sid) => !bySession.has(sid));
   for (const parent of groups) {
     const group = el("div", "group");
+    group.dataset.parent = parent;
     group.setAttribute("role", "group");
     const tasks = children.get(parent);
     const head = el("div", "parent");
-    head.append("Parent session ", el("span", "mono", parent), ` · ${tasks.length} task${tasks.length === 1 ? "" : "s"}`);
+    head.append(
+      "Parent session ", el("span", "mono", parent),
+      ` · ${tasks.length} task${tasks.length === 1 ? "" : "s"}`,
+      el("span", "parent-usage", parentUsage(tasks)),
+    );
     group.append(head);
     const add = (list, level) => {
       for (const t of list) {
@@ -376,12 +429,28 @@ function renderDetail(id) {
   const p = task.progress || {};
   field(dl, "Description", task.description);
   field(dl, "Agent", task.agent);
+  field(dl, "Model", task.model || "the server's default");
+  if (task.tries && task.tries.length) {
+    field(dl, "Attempts", `${task.tries.length}: ${task.tries.map((m) => m || "default").join(", ")}`);
+  }
+  if (task.retry_error) field(dl, "Last provider error", task.retry_error);
+  const retry = p.retry;
+  if (retry) {
+    const next = retry.next ? `, next try ${fmtTime(retry.next)}` : "";
+    field(dl, "OpenCode retrying", `attempt ${retry.attempt}: ${retry.message}${next}`);
+  }
+  if (task.pending_followups && task.pending_followups.length) {
+    field(dl, "Queued follow-ups", String(task.pending_followups.length));
+  }
   field(dl, "Parent session", task.parent_session_id);
   field(dl, "Child session", task.session_id);
   field(dl, "Created", fmtTime(task.created_at));
   field(dl, "Ended", fmtTime(task.completed_at));
   field(dl, "Duration", fmtDuration(durationOf(task)));
   field(dl, "Tool calls", `${p.tool_calls || 0}${p.last_tool ? ` (last: ${p.last_tool})` : ""}`);
+  const u = task.usage || {};
+  field(dl, "Tokens", `${tokensOf(u).toLocaleString("en-US")} (input ${(u.input_tokens || 0).toLocaleString("en-US")}, output ${(u.output_tokens || 0).toLocaleString("en-US")}, reasoning ${(u.reasoning_tokens || 0).toLocaleString("en-US")}, cache read ${(u.cache_read_tokens || 0).toLocaleString("en-US")}, cache write ${(u.cache_write_tokens || 0).toLocaleString("en-US")})`);
+  field(dl, "Cost", fmtCost(u.cost));
   field(dl, "Forked", task.is_forked ? "yes" : "no");
   field(dl, "Resumes", String(task.resume_count));
   field(dl, "Prompt", text("last_prompt") || text("prompt"));

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import ACTIVE_STATUSES, Mutation, TaskStore
+from .base import ACTIVE_STATUSES, PENDING_STATUSES, Mutation, QueueView, TaskStore
 from .memory import InMemoryTaskStore
 from .sqlite import SQLiteTaskStore
 
@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "PENDING_STATUSES",
     "InMemoryTaskStore",
     "Mutation",
     "PostgresTaskStore",
+    "QueueView",
     "SQLiteTaskStore",
     "TaskStore",
 ]

@@ -6,8 +6,11 @@ write never stalls other tasks. Guarantees shared by all stores:
 - every change of a task goes through `update`, a read-modify-write in one transaction with the
   row locked, so concurrent writers (coroutines, threads, processes, hosts) never see or leave a
   torn record, and a state change and the notice it produces are saved together or not at all;
-- ownership: each manager instance keeps a lease (`renew_lease`); `take_over` hands the active
-  tasks of owners without a live lease to one caller, never to two;
+- ownership: each manager instance keeps a lease (`renew_lease`); `take_over` hands the queued
+  and active tasks of owners without a live lease to one caller, never to two;
+- admission: `admit` counts the running tasks under every cap, picks queued tasks in fair order
+  and marks them running in one transaction, serialised with every other `admit` of the
+  backend: no cap is exceeded, whatever the number of callers;
 - notices are claimed (`claim_notices`) before delivery with a claim that expires, so two
   managers never deliver the same notice while its claim lives;
 - a row that cannot be loaded (garbage JSON, wrong types) is skipped with a logged warning by
@@ -25,8 +28,10 @@ write never stalls other tasks. Guarantees shared by all stores:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..admission import FRESH_MS, Caps, Entry
 from ..models import Notice, Task, TaskStatus
 from ..queries import TaskChanges, TaskPage, TaskQuery, TaskStats
 
@@ -36,8 +41,19 @@ from ..queries import TaskChanges, TaskPage, TaskQuery, TaskStats
 #: transaction back and passes through unchanged
 Mutation = Callable[[Task], "tuple[Task, Notice | None] | None"]
 
-#: statuses whose task has a turn running: the ones an owner follows and `take_over` hands on
+#: statuses whose task has a turn running: the ones an owner follows
 ACTIVE_STATUSES: frozenset[TaskStatus] = frozenset(s for s in TaskStatus if s.active)
+#: statuses whose task has work to do (queued or running): the ones `take_over` hands on
+PENDING_STATUSES: frozenset[TaskStatus] = frozenset(s for s in TaskStatus if s.pending)
+
+
+@dataclass
+class QueueView:
+    """A backend's queued and running tasks as admission sees them, and each parent's last
+    admission key (see `admission`)."""
+
+    entries: list[Entry] = field(default_factory=list)
+    last_admitted: dict[str, int] = field(default_factory=dict)
 
 
 class TaskStore(Protocol):
@@ -105,12 +121,45 @@ class TaskStore(Protocol):
         """End `owner`'s lease now (graceful close): others may take its tasks over at once."""
 
     async def take_over(self, owner: str, backend: str, limit: int = 500) -> list[Task]:
-        """Give `owner` up to `limit` active tasks of `backend` whose owner has no live lease.
+        """Give `owner` up to `limit` queued or active tasks of `backend` whose owner has no
+        live lease.
 
         Tasks with no owner count as unowned; `owner`'s own tasks are not returned. Atomic: two
         callers never get the same task. Call `renew_lease` first, or a third manager may take
         the tasks on from an owner whose own lease is missing.
         """
+
+    async def queue_view(self, backend: str) -> QueueView:
+        """The queued and running tasks of `backend` (a snapshot, for a queued task's place)."""
+
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+        fresh_ms: int = FRESH_MS,
+    ) -> list[Task]:
+        """Start up to `limit` queued tasks of `backend` that every cap of `caps` lets run.
+
+        One transaction, serialised with every other `admit` on the backend: count the running
+        tasks (running and resumed, whoever owns them), pick queued tasks whose fork is prepared
+        (and `include`, a task whose fork its caller is preparing), except those another
+        manager queued less than `fresh_ms` ago or whose manager is dead (taken over first),
+        in fair order (`admission.plan`); mark them running (a follow-up: resumed)
+        with `owner` as their owner and `admitted_at` now, and remember each parent's turn.
+        Returns them in the order they were admitted.
+        """
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        """Remove a task (and its notices) only while it is queued; the task, or None if it is
+        gone or no longer queued (admitted meanwhile: it stays)."""
+
+    async def descendants(self, session_id: str) -> list[Task]:
+        """Every task under `session_id`: its tasks, their child sessions' tasks, and so on
+        (oldest first). For a task's own descendants, pass its child session."""
 
     async def notices(
         self, parent_session_id: str | None = None, *, backend: str | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection
 
+from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
@@ -18,17 +19,18 @@ from ..queries import (
     TaskPage,
     TaskQuery,
     TaskStats,
+    add_usage,
     has_nul,
     matches,
     sort_key,
     stats_of,
 )
-from .base import ACTIVE_STATUSES, Mutation
+from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import seconds_to_ms as _ms
 
 
 class InMemoryTaskStore:
-    """`TaskStore` in three dicts: tasks, leases (owner -> expiry ms) and notices."""
+    """`TaskStore` in dicts: tasks, leases (owner -> expiry ms), notices, queue turns."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -37,6 +39,8 @@ class InMemoryTaskStore:
         self._leases: dict[str, tuple[str, int]] = {}
         #: cleared task id -> (backend, when)
         self._cleared: dict[str, tuple[str, int]] = {}
+        #: (backend, parent) -> key of the parent's last admission
+        self._turns: dict[tuple[str, str], int] = {}
 
     async def open(self) -> None:
         return None
@@ -124,6 +128,9 @@ class InMemoryTaskStore:
             for notice in list(self._notices.values()):
                 if doomed(notice.parent_session_id, notice.backend):
                     del self._notices[notice.id]
+            for of_backend, parent in list(self._turns):
+                if doomed(parent, of_backend):
+                    del self._turns[(of_backend, parent)]
         gone.sort(key=lambda t: (t.created_at, t.id), reverse=True)
         return gone
 
@@ -149,6 +156,7 @@ class InMemoryTaskStore:
         return TaskPage(
             tasks=page,
             total=len(found) if query.count else None,
+            usage=add_usage(found) if query.count else None,
             next_after=None if last is None else (sort_key(last, query.sort), last.id),
         )
 
@@ -203,7 +211,7 @@ class InMemoryTaskStore:
                     t
                     for t in self._tasks.values()
                     if t.backend == backend
-                    and t.status in ACTIVE_STATUSES
+                    and t.status in PENDING_STATUSES
                     and t.owner != owner
                     and not self._lease_live(t.owner, now)
                 ),
@@ -212,6 +220,92 @@ class InMemoryTaskStore:
             for task in orphans:
                 task.owner = owner
             return [t.model_copy(deep=True) for t in orphans]
+
+    def _queue_view(self, backend: str) -> QueueView:
+        now = now_ms()
+        entries = [
+            Entry(
+                id=t.id,
+                parent=t.parent_session_id,
+                agent=t.agent,
+                model=t.model,
+                created_at=t.created_at,
+                running=t.status is not TaskStatus.QUEUED,
+                ready=not t.fork_pending,
+                owner=t.owner,
+                owner_live=self._lease_live(t.owner, now),
+            )
+            for t in self._tasks.values()
+            if t.backend == backend and t.status in PENDING_STATUSES
+        ]
+        turns = {parent: key for (of, parent), key in self._turns.items() if of == backend}
+        return QueueView(entries=entries, last_admitted=turns)
+
+    async def queue_view(self, backend: str) -> QueueView:
+        with self._lock:
+            return self._queue_view(backend)
+
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+        fresh_ms: int = FRESH_MS,
+    ) -> list[Task]:
+        with self._lock:
+            view = self._queue_view(backend)
+            now = now_ms()
+            chosen = choose(
+                view.entries,
+                view.last_admitted,
+                caps,
+                limit,
+                include=include,
+                me=owner,
+                now=now,
+                fresh_ms=fresh_ms,
+            )
+            out = []
+            for entry, key in zip(
+                chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
+            ):
+                changed = admitted(self._tasks[entry.id].model_copy(deep=True), owner, now, include)
+                if changed is None:
+                    continue
+                self._tasks[entry.id] = changed.model_copy(deep=True)
+                self._turns[(backend, entry.parent)] = key
+                out.append(changed)
+            return out
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.status is not TaskStatus.QUEUED:
+                return None
+            del self._tasks[task_id]
+            self._cleared[task_id] = (task.backend, now_ms())
+            for notice in list(self._notices.values()):
+                if notice.task_id == task_id:
+                    del self._notices[notice.id]
+            return task
+
+    async def descendants(self, session_id: str) -> list[Task]:
+        with self._lock:
+            found: dict[str, Task] = {}
+            sessions = [session_id]
+            seen = {session_id}
+            while sessions:
+                parent = sessions.pop()
+                for task in self._tasks.values():
+                    if task.parent_session_id == parent and task.id not in found:
+                        found[task.id] = task.model_copy(deep=True)
+                        if task.session_id and task.session_id not in seen:
+                            seen.add(task.session_id)
+                            sessions.append(task.session_id)
+        return sorted(found.values(), key=lambda t: (t.created_at, t.id))
 
     async def notices(
         self, parent_session_id: str | None = None, *, backend: str | None = None

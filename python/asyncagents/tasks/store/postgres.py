@@ -22,6 +22,7 @@ host; keep the password out of the DSN with a ``~/.pgpass`` file or ``PGPASSWORD
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -32,6 +33,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
@@ -47,38 +49,55 @@ from ..queries import (
     percentile_rank,
     stats_of,
 )
-from .base import ACTIVE_STATUSES, Mutation
+from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import (
-    ADD_COUNTS,
-    ADD_TOOLS,
+    DERIVED_COLUMNS,
+    INSERT_MODEL,
+    PARENT_COUNTS,
+    PARENT_USAGE,
     REBUILD_TOTALS,
+    TASK_MODELS_TABLE,
+    TOTAL_COUNTS,
+    TOTAL_USAGE,
     TOTALS_TABLES,
-    CountDeltas,
-    CountKey,
+    USAGE_COLUMNS,
+    Deltas,
     Footprint,
-    ToolDeltas,
     count_query,
+    counted_page,
     derived,
     like_pattern,
     load_notice,
     load_task,
+    removal_deltas,
+    removed_deltas,
     seconds_to_ms,
     stats_from,
     total_deltas,
+    total_statements,
 )
 
 log = logging.getLogger("asyncagents.tasks.store")
 
 #: the row of ``asyncagents_meta`` that marks a schema as ours
 APPLICATION = "asyncagents-tasks"
-#: the schema version this code writes and reads
-SCHEMA_VERSION = 2
+#: the schema version this code writes and reads (1: before the admission queue, 2: before the
+#: queries' columns and running totals)
+SCHEMA_VERSION = 3
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: "now" in epoch ms on the server, fixed for one statement
 _NOW = "(extract(epoch from statement_timestamp()) * 1000)::bigint"
 _V1_TABLES = frozenset({"asyncagents_meta", "tasks", "notices", "leases"})
-_TABLES = _V1_TABLES | {"task_tools", "cleared", "task_counts", "tool_totals"}
+_V2_TABLES = _V1_TABLES | {"queue_turns"}
+_TABLES = _V2_TABLES | {
+    "task_tools",
+    "task_models",
+    "cleared",
+    "task_counts",
+    "tool_totals",
+    "usage_totals",
+}
 #: text columns sort by code point (``COLLATE "C"``), like Python and SQLite
 _SCHEMA = (
     "CREATE TABLE asyncagents_meta (application TEXT NOT NULL, version INTEGER NOT NULL)",
@@ -97,15 +116,31 @@ _SCHEMA = (
     "CREATE TABLE leases (owner TEXT PRIMARY KEY, backend TEXT NOT NULL, "
     "expires_at BIGINT NOT NULL)",
 )
-
-#: version 1 -> 2: the columns and indexes that let lists, searches, stats and change polls run
-#: in SQL (filled from each row's JSON by `_fill_derived`), tool calls by name, cleared ids
+#: version 1 -> 2: the admission queue. The columns admission counts by (copies of the task's
+#: fields, written with every change), and each parent's last admission (round robin); a new
+#: schema gets version 1 and this, so both paths end in the same layout
 _MIGRATE_1_TO_2 = (
     "ALTER TABLE tasks ADD COLUMN agent TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN model TEXT",
+    "ALTER TABLE tasks ADD COLUMN ready BOOLEAN NOT NULL DEFAULT TRUE",
+    "CREATE TABLE queue_turns (backend TEXT NOT NULL, parent_session_id TEXT NOT NULL, "
+    "admitted_at BIGINT NOT NULL, PRIMARY KEY (backend, parent_session_id))",
+)
+
+#: version 2 -> 3: the columns and indexes that let lists, searches, stats and change polls run
+#: in SQL (filled from each row's JSON by `_fill_derived`; ``agent`` is version 2's column,
+#: refilled), tool calls and usage by model, the running totals, cleared ids
+_MIGRATE_2_TO_3 = (
     "ALTER TABLE tasks ADD COLUMN updated_at BIGINT NOT NULL DEFAULT 0",
     "ALTER TABLE tasks ADD COLUMN duration_ms BIGINT",
     "ALTER TABLE tasks ADD COLUMN search TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE tasks ADD COLUMN tools_unrecorded INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN root_session_id TEXT NOT NULL DEFAULT ''",
+    *(
+        f"ALTER TABLE tasks ADD COLUMN {c} "
+        f"{'DOUBLE PRECISION' if c == 'cost' else 'BIGINT'} NOT NULL DEFAULT 0"
+        for c in USAGE_COLUMNS
+    ),
     "CREATE INDEX tasks_by_created ON tasks (backend, created_at, id)",
     "CREATE INDEX tasks_by_updated ON tasks (backend, updated_at, id)",
     "CREATE INDEX tasks_counts ON tasks (backend, status, agent, tools_unrecorded)",
@@ -116,6 +151,7 @@ _MIGRATE_1_TO_2 = (
     "PRIMARY KEY (task_id, tool))",
     "CREATE INDEX task_tools_backend ON task_tools (backend, tool, calls)",
     "CREATE INDEX task_tools_parent ON task_tools (backend, parent_session_id)",
+    *TASK_MODELS_TABLE,
     'CREATE TABLE cleared (id TEXT COLLATE "C" PRIMARY KEY, backend TEXT NOT NULL, '
     "cleared_at BIGINT NOT NULL)",
     "CREATE INDEX cleared_at ON cleared (backend, cleared_at)",
@@ -126,13 +162,28 @@ _MIGRATE_1_TO_2 = (
 
 _TASK_COLUMNS = "id, data, backend, owner"
 #: the columns `_task_values` fills, in its order (the id last)
-_WRITTEN = (
-    "parent_session_id, session_id, status, created_at, data, backend, owner, agent, updated_at, "
-    "duration_ms, search, tools_unrecorded"
+_WRITTEN = ", ".join(
+    (
+        "parent_session_id",
+        "session_id",
+        "status",
+        "created_at",
+        "data",
+        "backend",
+        "owner",
+        "model",
+        "ready",
+        *DERIVED_COLUMNS,
+    )
+)
+_COLUMNS_WRITTEN = _WRITTEN.split(", ")
+_SAVE_TASK = f"UPDATE tasks SET {', '.join(c + ' = %s' for c in _COLUMNS_WRITTEN)} WHERE id = %s"
+_INSERT_TASK = (
+    f"INSERT INTO tasks ({_WRITTEN}, id) VALUES ({', '.join(['%s'] * len(_COLUMNS_WRITTEN))}, %s)"
 )
 _SORTS = {"created_at": "created_at", "updated_at": "updated_at"}
 _NOTICE_COLUMNS = "id, data, backend, claimed_by, claim_expires_at, next_attempt_at"
-_ACTIVE = sorted(s.value for s in ACTIVE_STATUSES)
+_PENDING = sorted(s.value for s in PENDING_STATUSES)
 
 
 def redact_dsn(dsn: str) -> str:
@@ -151,19 +202,39 @@ def _has_nul(*values: object) -> bool:
     return any(isinstance(v, str) and "\x00" in v for v in values)
 
 
-async def _add_totals(
-    cur: psycopg.AsyncCursor[Any], counts: CountDeltas, tools: ToolDeltas
-) -> None:
+async def _add_totals(cur: psycopg.AsyncCursor[Any], deltas: Deltas) -> None:
     """Apply changes to the running totals, in key order (so two writers never wait on each
     other's rows in a cycle)."""
-    if counts:
-        await cur.executemany(
-            ADD_COUNTS.format(p="%s"), [(*key, *delta) for key, delta in sorted(counts.items())]
-        )
-    if tools:
-        await cur.executemany(
-            ADD_TOOLS.format(p="%s"), [(*key, d) for key, d in sorted(tools.items())]
-        )
+    for sql, rows in total_statements(deltas, "%s"):
+        await cur.executemany(sql, rows)
+
+
+async def _remove_totals(conn: psycopg.AsyncConnection[Any], ids: list[str]) -> None:
+    """Take the tasks `ids` (their rows locked) out of the running totals and delete their tool
+    and model rows, before the tasks are deleted."""
+    counts, tools, usage = removal_deltas("id = ANY(%s)", "task_id = ANY(%s)")
+    read = []
+    for sql in (counts, tools, *usage):
+        cur = await conn.execute(sql, (ids,))
+        read.append(await cur.fetchall())
+    async with conn.cursor() as cur:
+        await _add_totals(cur, removed_deltas(read[0], read[1], [r for x in read[2:] for r in x]))
+    await conn.execute("DELETE FROM task_tools WHERE task_id = ANY(%s)", (ids,))
+    await conn.execute("DELETE FROM task_models WHERE task_id = ANY(%s)", (ids,))
+
+
+async def _cleared(conn: psycopg.AsyncConnection[Any], rows: Sequence[Sequence[Any]]) -> None:
+    """Remember the ids of deleted tasks (rows of `_TASK_COLUMNS`) for `changed_since`."""
+    now = now_ms()
+    if rows:
+        async with conn.cursor() as many:
+            await many.executemany(
+                "INSERT INTO cleared (id, backend, cleared_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (id) DO UPDATE SET backend = excluded.backend, "
+                "cleared_at = excluded.cleared_at",
+                [(r[0], r[2], now) for r in rows],
+            )
+    await conn.execute("DELETE FROM cleared WHERE cleared_at < %s", (now - CLEARED_MEMORY_MS,))
 
 
 def _where(clauses: Sequence[tuple[str, Any]]) -> tuple[str, list[Any]]:
@@ -290,7 +361,7 @@ class PostgresTaskStore:
             relations = {str(r[0]) for r in await cur.fetchall()}
             if not relations:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-                for statement in (*_SCHEMA, *_MIGRATE_1_TO_2):
+                for statement in (*_SCHEMA, *_MIGRATE_1_TO_2, *_MIGRATE_2_TO_3):
                     await conn.execute(statement)  # search_path points at the schema
                 await self._index_search(conn)
                 await conn.execute(
@@ -313,15 +384,11 @@ class PostgresTaskStore:
                 if version == SCHEMA_VERSION and relations == _TABLES:
                     return
                 if version == 1 and relations == _V1_TABLES:
-                    for statement in _MIGRATE_1_TO_2:
-                        await conn.execute(statement)
-                    await self._fill_derived(conn)
-                    for statement in REBUILD_TOTALS:
-                        await conn.execute(statement)
-                    await self._index_search(conn)
-                    await conn.execute(
-                        "UPDATE asyncagents_meta SET version = %s", (SCHEMA_VERSION,)
-                    )
+                    await self._migrate_1_to_2(conn)
+                    await self._migrate_2_to_3(conn)
+                    return
+                if version == 2 and relations == _V2_TABLES:
+                    await self._migrate_2_to_3(conn)
                     return
             names = ", ".join(sorted(relations))
             raise StoreError(
@@ -353,6 +420,32 @@ class PostgresTaskStore:
                 self._where,
                 str(exc).strip(),
             )
+
+    @staticmethod
+    async def _migrate_1_to_2(conn: psycopg.AsyncConnection[Any]) -> None:
+        """Add the admission columns and table; copy the agent of the pending tasks (read in
+        Python: a row whose JSON is broken must not fail the migration)."""
+        for statement in _MIGRATE_1_TO_2:
+            await conn.execute(statement)
+        cur = await conn.execute("SELECT id, data FROM tasks WHERE status = ANY(%s)", (_PENDING,))
+        for task_id, data in await cur.fetchall():
+            try:
+                agent = json.loads(data).get("agent")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(agent, str):
+                await conn.execute("UPDATE tasks SET agent = %s WHERE id = %s", (agent, task_id))
+        await conn.execute("UPDATE asyncagents_meta SET version = 2")
+
+    async def _migrate_2_to_3(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Add the queries' columns, tables and running totals, filled from every task."""
+        for statement in _MIGRATE_2_TO_3:
+            await conn.execute(statement)
+        await self._fill_derived(conn)
+        for statement in REBUILD_TOTALS:
+            await conn.execute(statement)
+        await self._index_search(conn)
+        await conn.execute("UPDATE asyncagents_meta SET version = %s", (SCHEMA_VERSION,))
 
     async def close(self) -> None:
         async with self._open_lock:
@@ -405,6 +498,8 @@ class PostgresTaskStore:
             task.model_dump_json(),
             task.backend,
             task.owner,
+            task.model,
+            not task.fork_pending,
             *derived(task),
             task.id,
         )
@@ -417,9 +512,9 @@ class PostgresTaskStore:
         *,
         totals: bool = True,
     ) -> None:
-        """Keep the task's tool rows (``task_tools``) and, with `totals`, the running totals
-        (``task_counts``, ``tool_totals``) as the task now says; `before` is its footprint as
-        stored until now (None: a new task)."""
+        """Keep the task's tool and model rows (``task_tools``, ``task_models``) and, with
+        `totals`, the running totals (``task_counts``, ``tool_totals``, ``usage_totals``) as the
+        task now says; `before` is its footprint as stored until now (None: a new task)."""
         after = Footprint.of(task)
         async with conn.cursor() as cur:
             if before is None or before[2] != after[2]:
@@ -435,17 +530,35 @@ class PostgresTaskStore:
                         "calls) VALUES (%s, %s, %s, %s, %s)",
                         rows,
                     )
+            if before is None or before[3] != after[3]:
+                if before is not None:
+                    await cur.execute("DELETE FROM task_models WHERE task_id = %s", (task.id,))
+                backend, parent, _, models = after[3]
+                if models:
+                    await cur.executemany(
+                        INSERT_MODEL.format(p="%s"),
+                        [(task.id, backend, parent, model, *used) for model, used in models],
+                    )
             if totals:
-                await _add_totals(cur, *total_deltas(before, after))
+                await _add_totals(cur, total_deltas(before, after))
+
+    async def _save_task(
+        self, conn: psycopg.AsyncConnection[Any], task: Task, before: Footprint | None
+    ) -> None:
+        """Write a stored task's row, its tool and model rows and the running totals."""
+        await conn.execute(_SAVE_TASK, self._task_values(task))
+        await self._save_footprint(conn, task, before)
 
     async def _fill_derived(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Migration to version 2: the derived columns and tool rows of every stored task."""
-        await conn.execute("UPDATE tasks SET updated_at = created_at")
+        """Migration to version 3: the derived columns, tool rows and model rows of every stored
+        task (a row that does not load keeps its columns; its agent: version 2's)."""
+        await conn.execute(
+            "UPDATE tasks SET updated_at = created_at, root_session_id = parent_session_id"
+        )
         cur = await conn.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")
         for task in self._tasks(await cur.fetchall()):
             await conn.execute(
-                "UPDATE tasks SET agent = %s, updated_at = %s, duration_ms = %s, search = %s, "
-                "tools_unrecorded = %s WHERE id = %s",
+                f"UPDATE tasks SET {', '.join(c + ' = %s' for c in DERIVED_COLUMNS)} WHERE id = %s",
                 (*derived(task), task.id),
             )
             await self._save_footprint(conn, task, None, totals=False)
@@ -453,11 +566,7 @@ class PostgresTaskStore:
     async def insert(self, task: Task) -> None:
         self._check_writable(task.id, task.parent_session_id, task.session_id, task.backend)
         async with self._connection(f"inserting task {task.id}") as conn, conn.transaction():
-            await conn.execute(
-                f"INSERT INTO tasks ({_WRITTEN}, id) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                self._task_values(task),
-            )
+            await conn.execute(_INSERT_TASK, self._task_values(task))
             await self._save_footprint(conn, task, None)
 
     async def get(self, task_id: str) -> Task | None:
@@ -500,12 +609,7 @@ class PostgresTaskStore:
             self._check_writable(new.parent_session_id, new.session_id, new.backend, new.owner)
             if notice is not None:
                 self._check_writable(notice.id, notice.parent_session_id, notice.backend)
-            await conn.execute(
-                f"UPDATE tasks SET {', '.join(c + ' = %s' for c in _WRITTEN.split(', '))} "
-                "WHERE id = %s",
-                self._task_values(new),
-            )
-            await self._save_footprint(conn, new, before)
+            await self._save_task(conn, new, before)
             if notice is not None:
                 await conn.execute(
                     "INSERT INTO notices (parent_session_id, created_at, data, backend, "
@@ -573,38 +677,18 @@ class PostgresTaskStore:
         where, args = _where([("parent_session_id", parent_session_id), ("backend", backend)])
         what = f"deleting the tasks of parent {parent_session_id}"
         async with self._connection(what) as conn, conn.transaction():
+            # the rows locked first, then deleted by id: a task inserted meanwhile stays, and
+            # is in the totals
             cur = await conn.execute(
-                f"DELETE FROM tasks WHERE {where} RETURNING {_TASK_COLUMNS}, created_at, "
-                "status, agent, tools_unrecorded, duration_ms",
-                args,
+                f"SELECT {_TASK_COLUMNS}, created_at FROM tasks WHERE {where} FOR UPDATE", args
             )
             rows = await cur.fetchall()
+            ids = [str(r[0]) for r in rows]
+            await _remove_totals(conn, ids)
+            await conn.execute("DELETE FROM tasks WHERE id = ANY(%s)", (ids,))
             await conn.execute(f"DELETE FROM notices WHERE {where}", args)
-            cur = await conn.execute(
-                f"DELETE FROM task_tools WHERE {where} RETURNING backend, tool, calls", args
-            )
-            counts: dict[CountKey, tuple[int, int, int]] = {}
-            for r in rows:
-                key = (r[2], r[5], r[6])
-                n, u, t = counts.get(key, (0, 0, 0))
-                counts[key] = (n - 1, u - int(r[7]), t - int(r[8] is not None))
-            tools: dict[tuple[str, str], int] = {}
-            for backend_name, tool, calls in await cur.fetchall():
-                tools[(backend_name, tool)] = tools.get((backend_name, tool), 0) - int(calls)
-            async with conn.cursor() as totals:
-                await _add_totals(totals, counts, tools)
-            now = now_ms()
-            if rows:
-                async with conn.cursor() as many:
-                    await many.executemany(
-                        "INSERT INTO cleared (id, backend, cleared_at) VALUES (%s, %s, %s) "
-                        "ON CONFLICT (id) DO UPDATE SET backend = excluded.backend, "
-                        "cleared_at = excluded.cleared_at",
-                        [(r[0], r[2], now) for r in rows],
-                    )
-            await conn.execute(
-                "DELETE FROM cleared WHERE cleared_at < %s", (now - CLEARED_MEMORY_MS,)
-            )
+            await conn.execute(f"DELETE FROM queue_turns WHERE {where}", args)
+            await _cleared(conn, rows)
         rows.sort(key=lambda r: (r[4], r[0]), reverse=True)
         return self._tasks(rows)
 
@@ -640,17 +724,19 @@ class PostgresTaskStore:
                 [*page_args, query.limit + 1],
             )
             rows = await cur.fetchall()
-            total = None
+            total = usage = None
             if query.count:
                 cur = await conn.execute(*count_query(query, where, args, "%s"))
                 found = await cur.fetchone()
-                total = int(found[0]) if found else 0
+                assert found is not None
+                total, usage = counted_page(found)
         more = len(rows) > query.limit
         rows = rows[: query.limit]
         last = rows[-1] if rows and more else None
         return TaskPage(
             tasks=self._tasks(rows),
             total=total,
+            usage=usage,
             next_after=None if last is None else (int(last[4]), str(last[0])),
         )
 
@@ -663,11 +749,7 @@ class PostgresTaskStore:
             if parent_session_id is not None:
                 args: tuple[str, ...] = (backend, parent_session_id)
                 mine = "WHERE backend = %s AND parent_session_id = %s"
-                cur = await conn.execute(
-                    f"SELECT status, agent, count(*), sum(tools_unrecorded) FROM tasks {mine} "
-                    "GROUP BY status, agent",
-                    args,
-                )
+                cur = await conn.execute(PARENT_COUNTS.format(p="%s"), args)
                 counts = await cur.fetchall()
                 cur = await conn.execute(
                     f"SELECT tool, sum(calls) FROM task_tools {mine} GROUP BY tool", args
@@ -677,12 +759,9 @@ class PostgresTaskStore:
                     f"SELECT duration_ms FROM tasks {mine} AND duration_ms IS NOT NULL", args
                 )
                 durations = duration_summary([int(r[0]) for r in await cur.fetchall()])
-                return stats_from(counts, tools, durations)
-            cur = await conn.execute(
-                "SELECT status, agent, tasks, unrecorded, timed FROM task_counts "
-                "WHERE backend = %s AND tasks != 0",
-                (backend,),
-            )
+                cur = await conn.execute(PARENT_USAGE.format(p="%s"), args * 3)
+                return stats_from(counts, tools, durations, await cur.fetchall())
+            cur = await conn.execute(TOTAL_COUNTS.format(p="%s"), (backend,))
             counts = await cur.fetchall()
             cur = await conn.execute(
                 "SELECT tool, calls FROM tool_totals WHERE backend = %s AND calls != 0",
@@ -720,7 +799,8 @@ class PostgresTaskStore:
                     p95_ms=await ranked(percentile_rank(timed, 0.95)),
                     max_ms=await ranked(timed),
                 )
-            return stats_from(counts, tools, summary)
+            cur = await conn.execute(TOTAL_USAGE.format(p="%s"), (backend,))
+            return stats_from(counts, tools, summary, await cur.fetchall())
 
     async def changed_since(self, backend: str, since: int) -> TaskChanges:
         if has_nul(backend):
@@ -767,7 +847,7 @@ class PostgresTaskStore:
         # lease; so step 2, a new statement (new snapshot) on rows we now hold, re-checks the
         # lease before taking them.
         what = f"taking over tasks of backend {backend!r} for {owner}"
-        args = {"backend": backend, "active": _ACTIVE, "owner": owner, "limit": max(limit, 0)}
+        args = {"backend": backend, "active": _PENDING, "owner": owner, "limit": max(limit, 0)}
         orphaned = (
             "owner IS DISTINCT FROM %(owner)s AND NOT EXISTS (SELECT 1 FROM leases l "
             f"WHERE l.owner = tasks.owner AND l.expires_at > {_NOW})"
@@ -788,6 +868,141 @@ class PostgresTaskStore:
             )
             rows = await cur.fetchall()
         rows.sort(key=lambda r: (r[4], r[0]))
+        return self._tasks(rows)
+
+    # --- admission -------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _queue_view(conn: psycopg.AsyncConnection[Any], backend: str) -> QueueView:
+        cur = await conn.execute(
+            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner "
+            f"AND l.expires_at > {_NOW}) FROM tasks WHERE backend = %s AND status = ANY(%s)",
+            (backend, _PENDING),
+        )
+        entries = [
+            Entry(
+                id=str(r[0]),
+                parent=str(r[1]),
+                agent=str(r[4]),
+                model=r[5],
+                created_at=int(r[3]),
+                running=r[2] != TaskStatus.QUEUED.value,
+                ready=bool(r[6]),
+                owner=r[7],
+                owner_live=bool(r[8]),
+            )
+            for r in await cur.fetchall()
+        ]
+        cur = await conn.execute(
+            "SELECT parent_session_id, admitted_at FROM queue_turns WHERE backend = %s",
+            (backend,),
+        )
+        turns = {str(r[0]): int(r[1]) for r in await cur.fetchall()}
+        return QueueView(entries=entries, last_admitted=turns)
+
+    async def queue_view(self, backend: str) -> QueueView:
+        async with self._connection(f"reading the queue of backend {backend!r}") as conn:
+            async with conn.transaction():  # one snapshot for both reads
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return await self._queue_view(conn, backend)
+
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+        fresh_ms: int = FRESH_MS,
+    ) -> list[Task]:
+        what = f"admitting queued tasks of backend {backend!r}"
+        out: list[Task] = []
+        # a look without the lock first: most passes at saturation find nothing to start, and
+        # need not queue for the lock every other admitter wants (the locked pass decides)
+        peek = await self.queue_view(backend)
+        if not choose(
+            peek.entries,
+            peek.last_admitted,
+            caps,
+            1,
+            include=include,
+            me=owner,
+            now=now_ms(),
+            fresh_ms=fresh_ms,
+        ):
+            return []
+        async with self._connection(what) as conn, conn.transaction():
+            # every admitter of the backend, on any host, waits here: the counts read below
+            # include every admission committed before (read committed, statement snapshots)
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                (f"asyncagents.admit:{self.schema}:{backend}",),
+            )
+            view = await self._queue_view(conn, backend)
+            now = now_ms()
+            chosen = choose(
+                view.entries,
+                view.last_admitted,
+                caps,
+                limit,
+                include=include,
+                me=owner,
+                now=now,
+                fresh_ms=fresh_ms,
+            )
+            for entry, key in zip(
+                chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
+            ):
+                cur = await conn.execute(
+                    f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (entry.id,)
+                )
+                tasks = self._tasks(await cur.fetchall())
+                changed = admitted(tasks[0], owner, now, include) if tasks else None
+                if changed is None:
+                    continue  # cancelled or cleared since the count (it waited for our lock)
+                await self._save_task(conn, changed, Footprint.of(tasks[0]))
+                await conn.execute(
+                    "INSERT INTO queue_turns (backend, parent_session_id, admitted_at) "
+                    "VALUES (%s, %s, %s) ON CONFLICT (backend, parent_session_id) "
+                    "DO UPDATE SET admitted_at = excluded.admitted_at",
+                    (backend, entry.parent, key),
+                )
+                out.append(changed)
+        return out
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        if _has_nul(task_id):
+            return None
+        async with (
+            self._connection(f"deleting queued task {task_id}") as conn,
+            conn.transaction(),
+        ):
+            cur = await conn.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s AND status = %s FOR UPDATE",
+                (task_id, TaskStatus.QUEUED.value),
+            )
+            rows = await cur.fetchall()
+            if not rows:
+                return None
+            await _remove_totals(conn, [task_id])
+            await conn.execute("DELETE FROM tasks WHERE id = %s", (task_id,))
+            await _cleared(conn, rows)
+        tasks = self._tasks(rows)
+        return tasks[0] if tasks else None
+
+    async def descendants(self, session_id: str) -> list[Task]:
+        rows = await self._fetch(
+            f"reading the task tree of session {session_id}",
+            "WITH RECURSIVE tree(id, session_id) AS ("
+            "SELECT id, session_id FROM tasks WHERE parent_session_id = %s UNION "
+            "SELECT t.id, t.session_id FROM tasks t JOIN tree "
+            "ON t.parent_session_id = tree.session_id) "
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id IN (SELECT id FROM tree) "
+            "ORDER BY created_at, id",
+            (session_id,),
+        )
         return self._tasks(rows)
 
     # --- notices ---------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
@@ -39,22 +40,31 @@ from ..queries import (
     percentile_rank,
     stats_of,
 )
-from .base import ACTIVE_STATUSES, Mutation
+from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import (
-    ADD_COUNTS,
-    ADD_TOOLS,
+    DERIVED_COLUMNS,
+    INSERT_MODEL,
+    PARENT_COUNTS,
+    PARENT_USAGE,
     REBUILD_TOTALS,
+    TASK_MODELS_TABLE,
+    TOTAL_COUNTS,
+    TOTAL_USAGE,
     TOTALS_TABLES,
-    CountDeltas,
+    USAGE_COLUMNS,
+    Deltas,
     Footprint,
-    ToolDeltas,
     count_query,
+    counted_page,
     derived,
     load_notice,
     load_task,
+    removal_deltas,
+    removed_deltas,
     seconds_to_ms,
     stats_from,
     total_deltas,
+    total_statements,
 )
 
 T = TypeVar("T")
@@ -62,7 +72,7 @@ T = TypeVar("T")
 #: ``PRAGMA application_id`` of an asyncagents task store ("AsAg")
 APPLICATION_ID = 0x41734167
 #: ``PRAGMA user_version`` this code writes; version 1 is the first release's layout (no pragmas)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: the first release's tables, exactly; also the base the current schema is migrated from
 _V1_SCHEMA = (
@@ -97,15 +107,48 @@ _MIGRATE_1_TO_2 = (
     "CREATE TABLE leases (owner TEXT PRIMARY KEY, backend TEXT NOT NULL, "
     "expires_at INTEGER NOT NULL)",
 )
-#: version 2 -> 3: the columns and indexes that let lists, searches, stats and change polls run
-#: in SQL (their values come from each row's JSON, filled in by `_fill_derived`), the tool calls
-#: by name, and the ids of cleared tasks (for readers that poll for changes)
+_V2_TABLES = {
+    "tasks": [*_V1_TABLES["tasks"], "backend", "owner"],
+    "notices": [
+        *_V1_TABLES["notices"],
+        "backend",
+        "claimed_by",
+        "claim_expires_at",
+        "next_attempt_at",
+    ],
+    "leases": ["owner", "backend", "expires_at"],
+}
+#: version 2 -> 3: the admission queue. The columns admission counts by (copies of the task's
+#: fields, written with every change), and each parent's last admission (round robin)
 _MIGRATE_2_TO_3 = (
     "ALTER TABLE tasks ADD COLUMN agent TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN model TEXT",
+    "ALTER TABLE tasks ADD COLUMN ready INTEGER NOT NULL DEFAULT 1",
+    "UPDATE tasks SET agent = coalesce(CASE WHEN json_valid(data) THEN "
+    "CAST(json_extract(data, '$.agent') AS TEXT) END, '')",
+    "CREATE TABLE queue_turns (backend TEXT NOT NULL, parent_session_id TEXT NOT NULL, "
+    "admitted_at INTEGER NOT NULL, PRIMARY KEY (backend, parent_session_id))",
+)
+_V3_TABLES = {
+    **_V2_TABLES,
+    "tasks": [*_V2_TABLES["tasks"], "agent", "model", "ready"],
+    "queue_turns": ["backend", "parent_session_id", "admitted_at"],
+}
+#: version 3 -> 4: the columns and indexes that let lists, searches, stats and change polls run
+#: in SQL (their values come from each row's JSON, filled in by `_fill_derived`; ``agent`` is
+#: version 3's column, refilled), the tool calls and usage by name, the running totals, and the
+#: ids of cleared tasks (for readers that poll for changes)
+_MIGRATE_3_TO_4 = (
     "ALTER TABLE tasks ADD COLUMN updated_at INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE tasks ADD COLUMN duration_ms INTEGER",
     "ALTER TABLE tasks ADD COLUMN search TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE tasks ADD COLUMN tools_unrecorded INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN root_session_id TEXT NOT NULL DEFAULT ''",
+    *(
+        f"ALTER TABLE tasks ADD COLUMN {c} {'REAL' if c == 'cost' else 'INTEGER'} "
+        "NOT NULL DEFAULT 0"
+        for c in USAGE_COLUMNS
+    ),
     "CREATE INDEX tasks_by_created ON tasks (backend, created_at, id)",
     "CREATE INDEX tasks_by_updated ON tasks (backend, updated_at, id)",
     "CREATE INDEX tasks_counts ON tasks (backend, status, agent, tools_unrecorded)",
@@ -116,6 +159,7 @@ _MIGRATE_2_TO_3 = (
     "PRIMARY KEY (task_id, tool))",
     "CREATE INDEX task_tools_backend ON task_tools (backend, tool, calls)",
     "CREATE INDEX task_tools_parent ON task_tools (backend, parent_session_id)",
+    *TASK_MODELS_TABLE,
     "CREATE TABLE cleared (id TEXT PRIMARY KEY, backend TEXT NOT NULL, "
     "cleared_at INTEGER NOT NULL)",
     "CREATE INDEX cleared_at ON cleared (backend, cleared_at)",
@@ -145,28 +189,14 @@ _SEARCH_INDEX = (
 #: a search this long or longer uses the trigram index
 _INDEXED_SEARCH = 3
 _CURRENT_TABLES = {
-    "tasks": [
-        *_V1_TABLES["tasks"],
-        "backend",
-        "owner",
-        "agent",
-        "updated_at",
-        "duration_ms",
-        "search",
-        "tools_unrecorded",
-    ],
-    "notices": [
-        *_V1_TABLES["notices"],
-        "backend",
-        "claimed_by",
-        "claim_expires_at",
-        "next_attempt_at",
-    ],
-    "leases": ["owner", "backend", "expires_at"],
+    **_V3_TABLES,
+    "tasks": [*_V3_TABLES["tasks"], *DERIVED_COLUMNS[1:]],
     "task_tools": ["task_id", "backend", "parent_session_id", "tool", "calls"],
+    "task_models": ["task_id", "backend", "parent_session_id", "model", *USAGE_COLUMNS],
     "cleared": ["id", "backend", "cleared_at"],
-    "task_counts": ["backend", "status", "agent", "tasks", "unrecorded", "timed"],
+    "task_counts": ["backend", "status", "agent", "tasks", "unrecorded", "timed", *USAGE_COLUMNS],
     "tool_totals": ["backend", "tool", "calls"],
+    "usage_totals": ["backend", "kind", "key", "tasks", *USAGE_COLUMNS],
     # the search index and its shadow tables (FTS5)
     "task_search": ["search"],
     "task_search_data": ["id", "block"],
@@ -174,25 +204,31 @@ _CURRENT_TABLES = {
     "task_search_docsize": ["id", "sz"],
     "task_search_config": ["k", "v"],
 }
-_V2_TABLES = {
-    "tasks": _CURRENT_TABLES["tasks"][:8],
-    "notices": _CURRENT_TABLES["notices"],
-    "leases": _CURRENT_TABLES["leases"],
-}
 
 #: ``data`` travels as UTF-8 bytes both ways (SQLite converts to and from TEXT): no Python-side
 #: decode or encode of a large record while holding the interpreter lock
 _TASK_COLUMNS = "id, CAST(data AS BLOB), backend, owner"
 _NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at, next_attempt_at"
-_ACTIVE = tuple(sorted(s.value for s in ACTIVE_STATUSES))
+_PENDING = tuple(sorted(s.value for s in PENDING_STATUSES))
 #: the columns `_task_values` fills, in its order (the id last)
-_WRITTEN = (
-    "parent_session_id, session_id, status, created_at, data, backend, owner, agent, updated_at, "
-    "duration_ms, search, tools_unrecorded"
+_WRITTEN = ", ".join(
+    (
+        "parent_session_id",
+        "session_id",
+        "status",
+        "created_at",
+        "data",
+        "backend",
+        "owner",
+        "model",
+        "ready",
+        *DERIVED_COLUMNS,
+    )
 )
 _UPDATED = ", ".join(
     f"{c} = CAST(? AS TEXT)" if c == "data" else f"{c} = ?" for c in _WRITTEN.split(", ")
 )
+_PLACES = ", ".join("CAST(? AS TEXT)" if c == "data" else "?" for c in _WRITTEN.split(", "))
 #: the sort columns `query_tasks` may use
 _SORTS = {"created_at": "created_at", "updated_at": "updated_at"}
 
@@ -211,28 +247,49 @@ def _rollback(db: sqlite3.Connection) -> None:
             pass
 
 
-def _add_totals(db: sqlite3.Connection, counts: CountDeltas, tools: ToolDeltas) -> None:
+def _add_totals(db: sqlite3.Connection, deltas: Deltas) -> None:
     """Apply changes to the running totals (in key order)."""
-    db.executemany(
-        ADD_COUNTS.format(p="?"), [(*key, *delta) for key, delta in sorted(counts.items())]
+    for sql, rows in total_statements(deltas, "?"):
+        db.executemany(sql, rows)
+
+
+def _remove_totals(db: sqlite3.Connection, where: str, rows_where: str, args: Any) -> None:
+    """Take the tasks `where` selects out of the running totals and delete their tool and model
+    rows (`rows_where` selects those), before the tasks are deleted."""
+    counts, tools, usage = removal_deltas(where, rows_where)
+    _add_totals(
+        db,
+        removed_deltas(
+            db.execute(counts, args).fetchall(),
+            db.execute(tools, args).fetchall(),
+            [r for sql in usage for r in db.execute(sql, args).fetchall()],
+        ),
     )
-    db.executemany(ADD_TOOLS.format(p="?"), [(*key, d) for key, d in sorted(tools.items())])
+    db.execute(f"DELETE FROM task_tools WHERE {rows_where}", args)
+    db.execute(f"DELETE FROM task_models WHERE {rows_where}", args)
+
+
+def _cleared(db: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> None:
+    """Remember the ids of deleted tasks (rows of `_TASK_COLUMNS`) for `changed_since`."""
+    now = now_ms()
+    db.executemany(
+        "INSERT OR REPLACE INTO cleared (id, backend, cleared_at) VALUES (?, ?, ?)",
+        [(r[0], r[2], now) for r in rows],
+    )
+    db.execute("DELETE FROM cleared WHERE cleared_at < ?", (now - CLEARED_MEMORY_MS,))
 
 
 def _parent_stats(db: sqlite3.Connection, backend: str, parent: str) -> TaskStats:
     """The stats of one parent's tasks (a few: read through the parent's indexes)."""
     args = (backend, parent)
     mine = "WHERE backend = ? AND parent_session_id = ?"
-    counts = db.execute(
-        f"SELECT status, agent, count(*), sum(tools_unrecorded) FROM tasks {mine} "
-        "GROUP BY status, agent",
-        args,
-    ).fetchall()
+    counts = db.execute(PARENT_COUNTS.format(p="?"), args).fetchall()
     tools = db.execute(f"SELECT tool, sum(calls) FROM task_tools {mine} GROUP BY tool", args)
     durations = db.execute(
         f"SELECT duration_ms FROM tasks {mine} AND duration_ms IS NOT NULL", args
     ).fetchall()
-    return stats_from(counts, tools.fetchall(), duration_summary([r[0] for r in durations]))
+    usage = db.execute(PARENT_USAGE.format(p="?"), args * 3).fetchall()
+    return stats_from(counts, tools.fetchall(), duration_summary([r[0] for r in durations]), usage)
 
 
 def _exec(sql: str, *args: Any) -> Callable[[sqlite3.Connection], None]:
@@ -325,10 +382,13 @@ class SQLiteTaskStore:
                     if version == 0:
                         for statement in _V1_SCHEMA:
                             db.execute(statement)
-                    if version < 2:
+                    if version <= 1:
                         for statement in _MIGRATE_1_TO_2:
                             db.execute(statement)
-                    for statement in _MIGRATE_2_TO_3:
+                    if version <= 2:
+                        for statement in _MIGRATE_2_TO_3:
+                            db.execute(statement)
+                    for statement in _MIGRATE_3_TO_4:
                         db.execute(statement)
                     self._fill_derived(db)
                     for statement in REBUILD_TOTALS:
@@ -370,7 +430,8 @@ class SQLiteTaskStore:
             pause = min(pause * 2, 0.05)
 
     def _check(self, db: sqlite3.Connection) -> int:
-        """The file's schema version: 0 empty, 1 first release, 2, 3 current; else `StoreError`."""
+        """The file's schema version: 0 empty, 1 first release, 2, 3 (the admission queue), 4
+        current; else `StoreError`."""
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
         version = db.execute("PRAGMA user_version").fetchone()[0]
         objects = db.execute(
@@ -390,6 +451,8 @@ class SQLiteTaskStore:
                 )
             if version == SCHEMA_VERSION and tables == _CURRENT_TABLES:
                 return SCHEMA_VERSION
+            if version == 3 and tables == _V3_TABLES:
+                return 3
             if version == 2 and tables == _V2_TABLES:
                 return 2
         elif app_id == 0 and version == 0:
@@ -437,6 +500,8 @@ class SQLiteTaskStore:
             _json(task),
             task.backend,
             task.owner,
+            task.model,
+            0 if task.fork_pending else 1,
             *derived(task),
             task.id,
         )
@@ -445,9 +510,9 @@ class SQLiteTaskStore:
     def _save_footprint(
         db: sqlite3.Connection, task: Task, before: Footprint | None, *, totals: bool = True
     ) -> None:
-        """Keep the task's tool rows (``task_tools``) and, with `totals`, the running totals
-        (``task_counts``, ``tool_totals``) as the task now says; `before` is its footprint as
-        stored until now (None: a new task)."""
+        """Keep the task's tool and model rows (``task_tools``, ``task_models``) and, with
+        `totals`, the running totals (``task_counts``, ``tool_totals``, ``usage_totals``) as the
+        task now says; `before` is its footprint as stored until now (None: a new task)."""
         after = Footprint.of(task)
         if before is None or before[2] != after[2]:
             if before is not None:
@@ -460,19 +525,33 @@ class SQLiteTaskStore:
                     for name, calls in task.progress.tools.items()
                 ],
             )
+        if before is None or before[3] != after[3]:
+            if before is not None:
+                db.execute("DELETE FROM task_models WHERE task_id = ?", (task.id,))
+            backend, parent, _, models = after[3]
+            db.executemany(
+                INSERT_MODEL.format(p="?"),
+                [(task.id, backend, parent, model, *used) for model, used in models],
+            )
         if totals:
-            _add_totals(db, *total_deltas(before, after))
+            _add_totals(db, total_deltas(before, after))
+
+    @staticmethod
+    def _save_task(db: sqlite3.Connection, task: Task, before: Footprint | None) -> None:
+        """Write a stored task's row, its tool and model rows and the running totals."""
+        db.execute(f"UPDATE tasks SET {_UPDATED} WHERE id = ?", SQLiteTaskStore._task_values(task))
+        SQLiteTaskStore._save_footprint(db, task, before)
 
     def _fill_derived(self, db: sqlite3.Connection) -> None:
-        """Migration to version 3: the derived columns and tool rows of every stored task."""
-        db.execute("UPDATE tasks SET updated_at = created_at")  # kept by rows that do not load
+        """Migration to version 4: the derived columns, tool rows and model rows of every stored
+        task."""
+        db.execute("UPDATE tasks SET updated_at = created_at, root_session_id = parent_session_id")
         for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks").fetchall():
             task = self._task(row)
             if task is None:
-                continue
+                continue  # keeps the columns it has (its agent: version 3's)
             db.execute(
-                "UPDATE tasks SET agent = ?, updated_at = ?, duration_ms = ?, search = ?, "
-                "tools_unrecorded = ? WHERE id = ?",
+                f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in DERIVED_COLUMNS)} WHERE id = ?",
                 (*derived(task), task.id),
             )
             self._save_footprint(db, task, None, totals=False)
@@ -498,8 +577,7 @@ class SQLiteTaskStore:
     async def insert(self, task: Task) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute(
-                f"INSERT INTO tasks ({_WRITTEN}, id) VALUES (?, ?, ?, ?, CAST(? AS TEXT), "
-                "?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO tasks ({_WRITTEN}, id) VALUES ({_PLACES}, ?)",
                 self._task_values(task),
             )
             self._save_footprint(db, task, None)
@@ -538,11 +616,7 @@ class SQLiteTaskStore:
             if out is None:
                 return None
             new, notice = out
-            db.execute(
-                f"UPDATE tasks SET {_UPDATED} WHERE id = ?",
-                self._task_values(new),
-            )
-            self._save_footprint(db, new, before)
+            self._save_task(db, new, before)
             if notice is not None:
                 self._save_notice(db, notice)
             return new, notice
@@ -607,30 +681,11 @@ class SQLiteTaskStore:
                 "ORDER BY created_at DESC, id DESC",
                 args,
             ).fetchall()
-            counts = db.execute(
-                "SELECT backend, status, agent, -count(*), -sum(tools_unrecorded), "
-                f"-count(duration_ms) FROM tasks WHERE {where} GROUP BY backend, status, agent",
-                args,
-            ).fetchall()
-            tools = db.execute(
-                f"SELECT backend, tool, -sum(calls) FROM task_tools WHERE {where} "
-                "GROUP BY backend, tool",
-                args,
-            ).fetchall()
-            _add_totals(
-                db,
-                {(r[0], r[1], r[2]): (r[3], r[4], r[5]) for r in counts},
-                {(r[0], r[1]): r[2] for r in tools},
-            )
+            _remove_totals(db, where, where, args)
             db.execute(f"DELETE FROM tasks WHERE {where}", args)
             db.execute(f"DELETE FROM notices WHERE {where}", args)
-            db.execute(f"DELETE FROM task_tools WHERE {where}", args)
-            now = now_ms()
-            db.executemany(
-                "INSERT OR REPLACE INTO cleared (id, backend, cleared_at) VALUES (?, ?, ?)",
-                [(r[0], r[2], now) for r in rows],
-            )
-            db.execute("DELETE FROM cleared WHERE cleared_at < ?", (now - CLEARED_MEMORY_MS,))
+            db.execute(f"DELETE FROM queue_turns WHERE {where}", args)
+            _cleared(db, rows)
             return self._tasks(rows)
 
         return await self._write(f"deleting the tasks of parent {parent_session_id}", work)
@@ -676,14 +731,15 @@ class SQLiteTaskStore:
             rows = db.execute(sql, [*page_args, query.limit + 1]).fetchall()
             more = len(rows) > query.limit
             rows = rows[: query.limit]
-            total = None
+            total = usage = None
             if query.count:
                 count_sql, count_args = count_query(query, where, args, "?")
-                total = int(db.execute(count_sql, count_args).fetchone()[0])
+                total, usage = counted_page(db.execute(count_sql, count_args).fetchone())
             last = rows[-1] if rows and more else None
             return TaskPage(
                 tasks=self._tasks(rows),
                 total=total,
+                usage=usage,
                 next_after=None if last is None else (int(last[4]), str(last[0])),
             )
 
@@ -698,11 +754,7 @@ class SQLiteTaskStore:
             )
 
         def work(db: sqlite3.Connection) -> TaskStats:
-            counts = db.execute(
-                "SELECT status, agent, tasks, unrecorded, timed FROM task_counts "
-                "WHERE backend = ? AND tasks != 0",
-                (backend,),
-            ).fetchall()
+            counts = db.execute(TOTAL_COUNTS.format(p="?"), (backend,)).fetchall()
             tools = db.execute(
                 "SELECT tool, calls FROM tool_totals WHERE backend = ? AND calls != 0", (backend,)
             ).fetchall()
@@ -733,7 +785,8 @@ class SQLiteTaskStore:
                     p95_ms=ranked(percentile_rank(timed, 0.95)),
                     max_ms=ranked(timed),
                 )
-            return stats_from(counts, tools, durations)
+            usage = db.execute(TOTAL_USAGE.format(p="?"), (backend,)).fetchall()
+            return stats_from(counts, tools, durations, usage)
 
         return await self._run("counting tasks", work)
 
@@ -778,17 +831,148 @@ class SQLiteTaskStore:
         def work(db: sqlite3.Connection) -> list[Task]:
             rows = db.execute(
                 f"SELECT {_TASK_COLUMNS} FROM tasks INDEXED BY tasks_backend_status "
-                "WHERE backend = ? AND status IN (?, ?) "
+                "WHERE backend = ? AND status IN (?, ?, ?) "
                 "AND (owner IS NULL OR owner != ?) AND NOT EXISTS (SELECT 1 FROM leases "
                 "WHERE leases.owner = tasks.owner AND leases.expires_at > ?) "
                 "ORDER BY created_at, id LIMIT ?",
-                (backend, *_ACTIVE, owner, now_ms(), max(limit, 0)),
+                (backend, *_PENDING, owner, now_ms(), max(limit, 0)),
             ).fetchall()
             # broken rows are taken too (and skipped in the answer), so they never fill `limit`
             db.executemany("UPDATE tasks SET owner = ? WHERE id = ?", [(owner, r[0]) for r in rows])
             return self._tasks([(r[0], r[1], r[2], owner) for r in rows])
 
         return await self._write(f"taking over tasks of backend {backend!r} for {owner}", work)
+
+    # --- admission -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _queue_view(db: sqlite3.Connection, backend: str) -> QueueView:
+        rows = db.execute(
+            "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?) "
+            "FROM tasks WHERE backend = ? AND status IN (?, ?, ?)",
+            (now_ms(), backend, *_PENDING),
+        ).fetchall()
+        entries = [
+            Entry(
+                id=r[0],
+                parent=r[1],
+                agent=r[4],
+                model=r[5],
+                created_at=r[3],
+                running=r[2] != TaskStatus.QUEUED.value,
+                ready=bool(r[6]),
+                owner=r[7],
+                owner_live=bool(r[8]),
+            )
+            for r in rows
+        ]
+        turns = db.execute(
+            "SELECT parent_session_id, admitted_at FROM queue_turns WHERE backend = ?", (backend,)
+        ).fetchall()
+        return QueueView(entries=entries, last_admitted={r[0]: r[1] for r in turns})
+
+    async def queue_view(self, backend: str) -> QueueView:
+        return await self._run(
+            f"reading the queue of backend {backend!r}", lambda db: self._queue_view(db, backend)
+        )
+
+    async def admit(
+        self,
+        backend: str,
+        caps: Caps,
+        owner: str,
+        limit: int = 100,
+        *,
+        include: str | None = None,
+        fresh_ms: int = FRESH_MS,
+    ) -> list[Task]:
+        def work(db: sqlite3.Connection) -> list[Task]:
+            view = self._queue_view(db, backend)
+            now = now_ms()
+            chosen = choose(
+                view.entries,
+                view.last_admitted,
+                caps,
+                limit,
+                include=include,
+                me=owner,
+                now=now,
+                fresh_ms=fresh_ms,
+            )
+            out: list[Task] = []
+            for entry, key in zip(
+                chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
+            ):
+                row = db.execute(
+                    f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (entry.id,)
+                ).fetchone()
+                task = None if row is None else self._task(row)
+                changed = None if task is None else admitted(task, owner, now, include)
+                if task is None or changed is None:
+                    continue
+                self._save_task(db, changed, Footprint.of(task))
+                db.execute(
+                    "INSERT INTO queue_turns (backend, parent_session_id, admitted_at) "
+                    "VALUES (?, ?, ?) ON CONFLICT (backend, parent_session_id) "
+                    "DO UPDATE SET admitted_at = excluded.admitted_at",
+                    (backend, entry.parent, key),
+                )
+                out.append(changed)
+            return out
+
+        def anything(db: sqlite3.Connection) -> bool:
+            view = self._queue_view(db, backend)
+            return bool(
+                choose(
+                    view.entries,
+                    view.last_admitted,
+                    caps,
+                    1,
+                    include=include,
+                    me=owner,
+                    now=now_ms(),
+                    fresh_ms=fresh_ms,
+                )
+            )
+
+        # a look without the write lock first: most passes at saturation find nothing to start,
+        # and need not queue for the lock every other process wants (the locked pass decides)
+        if not await self._run(f"reading the queue of backend {backend!r}", anything):
+            return []
+        return await self._write(f"admitting queued tasks of backend {backend!r}", work)
+
+    async def delete_queued(self, task_id: str) -> Task | None:
+        def work(db: sqlite3.Connection) -> Task | None:
+            row = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ? AND status = ?",
+                (task_id, TaskStatus.QUEUED.value),
+            ).fetchone()
+            if row is None:
+                return None
+            _remove_totals(db, "id = ?", "task_id = ?", (task_id,))
+            db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+            _cleared(db, [row])
+            db.execute("DELETE FROM notices WHERE json_valid(data) AND "
+                       "json_extract(data, '$.task_id') = ?", (task_id,))  # fmt: skip
+            return self._task(row)
+
+        return await self._write(f"deleting queued task {task_id}", work)
+
+    async def descendants(self, session_id: str) -> list[Task]:
+        def work(db: sqlite3.Connection) -> list[Task]:
+            rows = db.execute(
+                "WITH RECURSIVE tree(id, session_id) AS ("
+                "SELECT id, session_id FROM tasks WHERE parent_session_id = ? UNION "
+                "SELECT t.id, t.session_id FROM tasks t JOIN tree "
+                "ON t.parent_session_id = tree.session_id) "
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id IN (SELECT id FROM tree) "
+                "ORDER BY created_at, id",
+                (session_id,),
+            ).fetchall()
+            return self._tasks(rows)
+
+        return await self._run(f"reading the task tree of session {session_id}", work)
 
     # --- notices ---------------------------------------------------------------------------------
 
