@@ -29,9 +29,11 @@ BACKENDS_AND_STORES = (
     "asyncagents.tasks.opencode",
     "asyncagents.tasks.inprocess",
 )
-#: values every layer of the tasks may use (`admission` is the pure planner a store runs in its
+#: values every layer of the tasks may use (`locations` where state and the service live;
+#: `admission` is the pure planner a store runs in its
 #: admission transaction; `tool_names` what the core knows of the tools)
 SHARED = (
+    "asyncagents.locations",
     "asyncagents.tasks.admission",
     "asyncagents.tasks.tool_names",
     "asyncagents.tasks.models",

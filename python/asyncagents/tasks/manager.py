@@ -26,8 +26,8 @@ import asyncio
 import builtins
 import logging
 import os
-from pathlib import Path
 
+from ..locations import default_store_path
 from .admission import Caps, QueuePlace, place_of
 from .admitter import Admitter
 from .backend import JSON, SessionBackend
@@ -113,17 +113,6 @@ def _created_ms(session: JSON) -> int:
 def _token() -> str:
     """A random alphanumeric tail that makes a chosen message id unique."""
     return os.urandom(5).hex()
-
-
-def default_store_path() -> Path:
-    """``$ASYNCAGENTS_TASKS_DB``, else ``$XDG_STATE_HOME/asyncagents/tasks.sqlite3``."""
-    env = os.environ.get("ASYNCAGENTS_TASKS_DB")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(state) / "asyncagents" / "tasks.sqlite3"
 
 
 def default_backend_name(backend: SessionBackend) -> str:
