@@ -69,13 +69,15 @@ async def test_a_title_is_read_once_then_again_after_its_ttl() -> None:
 
 async def test_failures_are_none_and_asked_again_after_the_failure_ttl() -> None:
     error = BackendHTTPError("OpenCode answered HTTP 500", 500)
-    sessions = Sessions({"ses_broken": error, "ses_blank": "   ", "ses_odd": 42})
+    sessions = Sessions(
+        {"ses_broken": error, "ses_blank": "   ", "ses_odd": 42, "ses_bug": KeyError("x")}
+    )
     clock = Clock()
     titles = titles_over(sessions, failure_ttl=10, clock=clock)
-    for sid in ("ses_gone", "ses_broken", "ses_blank", "ses_odd"):
+    for sid in ("ses_gone", "ses_broken", "ses_blank", "ses_odd", "ses_bug"):
         assert await titles.title(sid) is None
     assert await titles.title("ses_gone") is None
-    assert sessions.reads == ["ses_gone", "ses_broken", "ses_blank", "ses_odd"]
+    assert sessions.reads == ["ses_gone", "ses_broken", "ses_blank", "ses_odd", "ses_bug"]
     clock.now += 11
     sessions.titles["ses_gone"] = "Back"
     assert await titles.title("ses_gone") == "Back"

@@ -86,6 +86,9 @@ class SessionTitles:
         except (BackendError, TimeoutError) as exc:
             log.info("the title of session %s cannot be read: %s", session_id, exc)
             return None
+        except Exception:  # a nicety never fails its caller (a 500 on the task's answer)
+            log.exception("reading the title of session %s failed", session_id)
+            return None
         title = session.get("title") if isinstance(session, dict) else None
         if not isinstance(title, str) or not title.strip():
             return None
