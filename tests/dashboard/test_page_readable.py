@@ -345,6 +345,19 @@ def test_a_provider_retry_counts_down(browser: Browser, live: LiveService) -> No
     )
     assert retry.evaluate("e => getComputedStyle(e).color") == "rgb(179, 38, 30)"
     expect(r).to_have_attribute("aria-label", re.compile(r"^running \(retry 2 in \d+s\): "))
+    # the detail says it in full, counting down too
+    r.click()
+    detail = re.compile(
+        rf"OpenCode retryingattempt 2: Rate limited; next try in (\d+)s \({re.escape(when)}\)"
+    )
+    expect(page.locator("#detail-fields")).to_contain_text(detail)
+    fields = page.locator("#detail-fields")
+    before = detail.search(fields.text_content() or "")
+    page.wait_for_timeout(2200)
+    after = detail.search(fields.text_content() or "")
+    assert before is not None and after is not None
+    assert int(after[1]) < int(before[1]), (before[0], after[0])
+    page.keyboard.press("Escape")
     # at its time it says so
     soon = now_ms() + 1_500
     live.run(

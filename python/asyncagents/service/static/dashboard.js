@@ -488,6 +488,9 @@ function tick() {
     const retry = row.querySelector(".retry");
     if (retry) retry.textContent = retryText(task) || "";
   }
+  // the open detail counts down to the next try too
+  const open = state.detailId && state.tasks.get(state.detailId);
+  if (open && retryText(open)) renderDetail(state.detailId);
 }
 
 // -- the detail -------------------------------------------------------------------------------
@@ -591,7 +594,9 @@ function renderDetail(id) {
   if (task.retry_error) field(dl, "Last provider error", task.retry_error);
   const retry = p.retry;
   if (retry && ACTIVE.has(task.status)) {
-    const next = retry.next ? `, next try ${fmtTime(retry.next)}` : "";
+    const left = retry.next ? Math.ceil((retry.next - now()) / 1000) : null;
+    const when = retry.next ? ` (${new Date(retry.next).toLocaleTimeString()})` : "";
+    const next = left === null ? "" : left > 0 ? `; next try in ${left}s${when}` : `; next try now${when}`;
     field(dl, "OpenCode retrying", `attempt ${retry.attempt}: ${retry.message}${next}`);
   }
   if (task.pending_followups && task.pending_followups.length) {
