@@ -529,6 +529,8 @@ class DashboardApi:
         task = self.hub.with_live_progress(await self._task(request))
         out = task_json(task)
         out["duration_ms"] = turn_duration_ms(task)
+        # the page names a parent by its title (null: unknown now, the page shows the id)
+        out["parent_title"] = await self.manager.session_title(task.parent_session_id)
         return JSONResponse(out)
 
     async def messages(self, request: Request) -> Response:

@@ -51,6 +51,13 @@ _task_schema["properties"]["label"] = {
     "type": "string",
     "description": "The id with the marks (forked) and (resumed).",
 }
+_task_schema["properties"]["parent_title"] = {
+    "anyOf": [{"type": "string"}, {"type": "null"}],
+    "description": (
+        "One task's answer only: the parent session's title as its server names it; null when "
+        "it cannot be read now (show `parent_session_id`)."
+    ),
+}
 
 OPENAPI: JSON = {
     "openapi": "3.1.0",

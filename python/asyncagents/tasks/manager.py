@@ -67,6 +67,7 @@ from .notices import NoticeCourier
 from .ownership import LeaseKeeper
 from .recorder import Listener, Recorder
 from .registry import Run, RunRegistry
+from .session_titles import SessionTitles
 from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import (
@@ -187,6 +188,8 @@ class TaskManager:
         self.events = self.watcher.events
         #: the server's models, for the `model` of a task and the fork's budget
         self.catalog = ModelCatalog(backend, self.config.allowed_models, self.config.models_ttl)
+        #: parent sessions' titles, for the dashboard (bounded, expiring, never an error)
+        self.titles = SessionTitles(backend)
         self.launcher = Launcher(
             backend,
             self.store,
@@ -557,6 +560,11 @@ class TaskManager:
         None when it is not queued."""
         view = await self.store.queue_view(self.backend_name)
         return place_of(task_id, view.entries, view.last_admitted, self.admitter.caps)
+
+    async def session_title(self, session_id: str) -> str | None:
+        """A session's title as its server names it (cached a minute); None when it cannot be
+        read within a few seconds, so a caller shows the id instead."""
+        return await self.titles.title(session_id)
 
     async def tree(self, task_id: str, parent_session_id: str | None = None) -> builtins.list[Task]:
         """A task's descendants: the tasks its child started, theirs, and so on (oldest first)."""
