@@ -523,7 +523,7 @@ async def test_answers_have_the_fields_their_documented_schemas_list(
     assert all(set(t) == fields("Task") for t in page["tasks"])
     detail = (await client.get(f"/v1/tasks/{done.id}")).json()
     assert documented("/v1/tasks/{task_id}", "get") == "TaskDetail"
-    assert set(detail) == fields("TaskDetail") == fields("Task") | {"duration_ms"}
+    assert set(detail) == fields("TaskDetail") == fields("Task") | {"duration_ms", "parent_title"}
     stats = (await client.get("/v1/stats")).json()
     assert documented("/v1/stats", "get") == "Stats"
     assert set(stats) == fields("Stats")

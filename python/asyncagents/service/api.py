@@ -454,7 +454,12 @@ class DashboardApi:
         task = self.hub.with_live_progress(await self._task(request))
         return answer(
             TaskDetail.model_validate(
-                {**task.__dict__, "duration_ms": queries.turn_duration_ms(task)}
+                {
+                    **task.__dict__,
+                    "duration_ms": queries.turn_duration_ms(task),
+                    # the page names a parent by its title (null: unknown now; it shows the id)
+                    "parent_title": await self.manager.session_title(task.parent_session_id),
+                }
             )
         )
 

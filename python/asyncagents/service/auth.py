@@ -16,6 +16,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..locations import default_token_path
 from .errors import ApiError
 
 #: the detail of every 401
@@ -30,20 +31,6 @@ TOKEN_BYTES = 32
 
 class TokenFileError(Exception):
     """The token file cannot be created or read, or others can read it; names the file."""
-
-
-def state_dir() -> Path:
-    """``$XDG_STATE_HOME/asyncagents``, else ``~/.local/state/asyncagents``."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(base) / "asyncagents"
-
-
-def default_token_path() -> Path:
-    """``$ASYNCAGENTS_TOKEN_FILE``, else ``<state dir>/token``."""
-    env = os.environ.get("ASYNCAGENTS_TOKEN_FILE")
-    return Path(env) if env else state_dir() / "token"
 
 
 def _read(path: Path) -> str:

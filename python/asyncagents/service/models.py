@@ -236,6 +236,10 @@ class TaskDetail(Task):
     duration_ms: int | None = Field(
         description="How long the last turn ran (ms); null while it runs."
     )
+    parent_title: str | None = Field(
+        description="The parent session's title as its server names it; null when it cannot "
+        "be read now (show `parent_session_id`)."
+    )
 
 
 class TaskPage(BaseModel):

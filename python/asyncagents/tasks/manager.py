@@ -28,8 +28,8 @@ import logging
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
-from pathlib import Path
 
+from ..locations import default_store_path
 from .admission import Caps, QueuePlace, place_of
 from .admitter import Admitter
 from .backend import JSON, SessionBackend
@@ -71,6 +71,7 @@ from .ownership import LeaseKeeper
 from .queries import SortField, TaskChanges, TaskPage, TaskQuery, TaskStats
 from .recorder import Listener, Recorder
 from .registry import Run, RunRegistry
+from .session_titles import SessionTitles
 from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import (
@@ -128,17 +129,6 @@ def _created_ms(session: JSON) -> int:
 def _token() -> str:
     """A random alphanumeric tail that makes a chosen message id unique."""
     return os.urandom(5).hex()
-
-
-def default_store_path() -> Path:
-    """``$ASYNCAGENTS_TASKS_DB``, else ``$XDG_STATE_HOME/asyncagents/tasks.sqlite3``."""
-    env = os.environ.get("ASYNCAGENTS_TASKS_DB")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(state) / "asyncagents" / "tasks.sqlite3"
 
 
 def default_backend_name(backend: SessionBackend) -> str:
@@ -213,6 +203,8 @@ class TaskManager:
         self.events = self.watcher.events
         #: the server's models, for the `model` of a task and the fork's budget
         self.catalog = ModelCatalog(backend, self.config.allowed_models, self.config.models_ttl)
+        #: parent sessions' titles, for the dashboard (bounded, expiring, never an error)
+        self.titles = SessionTitles(backend)
         self.launcher = Launcher(
             backend,
             self.store,
@@ -668,6 +660,11 @@ class TaskManager:
         None when it is not queued."""
         view = await self.store.queue_view(self.backend_name)
         return place_of(task_id, view.entries, view.last_admitted, self.admitter.caps)
+
+    async def session_title(self, session_id: str) -> str | None:
+        """A session's title as its server names it (cached a minute); None when it cannot be
+        read within a few seconds, so a caller shows the id instead."""
+        return await self.titles.title(session_id)
 
     async def tree(self, task_id: str, parent_session_id: str | None = None) -> builtins.list[Task]:
         """A task's descendants: the tasks its child started, theirs, and so on (oldest first)."""
