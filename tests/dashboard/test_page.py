@@ -199,9 +199,17 @@ def test_screenshot_with_every_status(browser: Browser, live: LiveService, schem
     elsewhere = live.call(
         live.manager.task(other, "Profile the tests [tool] [hold:other]", "general", "Profile")
     )
+    busy = [
+        launch(live, "Update the install docs [tool] [hold:docs]", "Install docs"),
+        launch(live, "Fix the flaky test [hold:flaky]", "Flaky test", agent="build"),
+    ]
+    # five running (the default max_running): the next one waits
+    queued = launch(live, "Bump the versions [hold:bump]", "Bump versions", agent="build")
     page = open_page(browser, live, scheme)
     log_in(page)
     for task, status in [
+        *((task, "running") for task in busy),
+        (queued, "queued"),
         (done, "completed"),
         (resumed, "resumed"),
         (failed, "error"),
