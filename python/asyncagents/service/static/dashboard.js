@@ -7,8 +7,9 @@
 "use strict";
 
 const TOKEN_KEY = "asyncagents.token";
-const STATUSES = ["running", "resumed", "completed", "error", "cancelled"];
-const ACTIVE = new Set(["running", "resumed"]);
+const STATUSES = ["queued", "running", "resumed", "completed", "error", "cancelled"];
+// a queued task has not ended: it can be cancelled, and a provider retry may be waiting in it
+const ACTIVE = new Set(["queued", "running", "resumed"]);
 
 const state = {
   tasks: new Map(), // id -> task JSON
@@ -108,6 +109,7 @@ function retryTitle(task) {
 
 // The time the current turn has run (ticking while active), or the last turn's length.
 function durationOf(task) {
+  if (task.status === "queued") return null; // no turn runs yet: its row says when it was created
   const start = task.resume_count > 0 && task.turn_started_at ? task.turn_started_at : task.created_at;
   if (ACTIVE.has(task.status)) return now() - start;
   return task.completed_at ? task.completed_at - start : null;
