@@ -210,22 +210,34 @@ def fill_postgres(dsn: str, tasks: Iterator[Task]) -> None:
 def serve_child(store: str, opencode_url: str, port: int) -> int:
     """Run the service as ``asyncagents serve`` does, over a SQLite path or ``pg:<DSN>``."""
     from asyncagents.service import server
+    from asyncagents.service.settings import ServeSettings, Settings
     from asyncagents.tasks import OpenCodeBackend, TaskManager, TaskManagerConfig
 
-    options = server.ServeOptions(opencode_url=opencode_url, port=port)
     if store.startswith("pg:"):
         from asyncagents.tasks.store.postgres import PostgresTaskStore
 
-        dsn = store.removeprefix("pg:")
+        dsn = store.removeprefix("pg:")  # a key=value DSN, which --store does not take
 
-        def build(options: server.ServeOptions) -> TaskManager:
-            backend = OpenCodeBackend(options.opencode_url)
-            return TaskManager(backend, PostgresTaskStore(dsn), TaskManagerConfig())
+        def build(settings: Settings) -> TaskManager:
+            backend = OpenCodeBackend(settings.serve.opencode)
+            return TaskManager(backend, PostgresTaskStore(dsn), settings.manager)
+
+        async def problem(settings: Settings) -> str | None:
+            pg = PostgresTaskStore(dsn)
+            try:
+                await pg.open()
+            finally:
+                await pg.close()
+            return None
 
         server.build_manager = build
-    else:
-        options = server.ServeOptions(opencode_url=opencode_url, port=port, store_path=Path(store))
-    return server.serve(options, TOKEN)
+        server._store_problem = problem
+        store = ""
+    settings = Settings(
+        serve=ServeSettings(opencode=opencode_url, port=port, store=store or None),
+        manager=TaskManagerConfig(),
+    )
+    return server.serve(settings, TOKEN)
 
 
 def _proc_seconds(pid: int) -> float:

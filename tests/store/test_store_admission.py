@@ -264,3 +264,41 @@ async def test_descendants_walk_the_tree_of_tasks(store: TaskStore) -> None:
     ]
     assert [t.id for t in await store.descendants("ses_c1")] == ["tsk_11", "tsk_111"]
     assert await store.descendants("ses_c111") == []
+
+
+async def test_admissions_and_deletes_keep_the_stats_equal_to_a_recount(store: TaskStore) -> None:
+    """The stores keep running totals with every write (admit, delete_queued, delete_parent
+    included): the stats always equal the same stats counted over every stored task."""
+    from asyncagents.tasks.models import TaskUsage
+    from asyncagents.tasks.queries import stats_of
+
+    async def recount() -> None:
+        assert await store.task_stats("b1") == stats_of(await store.list_tasks(backend="b1"))
+
+    used = TaskUsage(input_tokens=5, output_tokens=1, cost=0.125)
+    tasks = [
+        queued(
+            f"tsk_q{i}",
+            parent=f"ses_{i % 2}",
+            created_at=10 + i,
+            agent=("build", "explore")[i % 2],
+            model="m/one",
+            usage=used,
+            usage_by_model={"m/one": used},
+        )
+        for i in range(6)
+    ]
+    await insert_all(store, tasks)
+    await recount()
+    admitted = await store.admit("b1", Caps(max_running=4), "mgr_a")
+    assert len(admitted) == 4
+    stats = await store.task_stats("b1")
+    assert (stats.by_status["queued"], stats.by_status["running"]) == (2, 4)
+    await recount()
+    await end(store, admitted[0].id)
+    assert await store.delete_queued("tsk_q5") is not None
+    await recount()
+    await store.delete_parent("ses_0", backend="b1")
+    await recount()
+    after = await store.task_stats("b1")
+    assert after.tasks == 2 and after.usage.by_parent == {"ses_1": used + used}

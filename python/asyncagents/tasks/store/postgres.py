@@ -69,6 +69,7 @@ from .rows import (
     like_pattern,
     load_notice,
     load_task,
+    merged,
     removal_deltas,
     removed_deltas,
     seconds_to_ms,
@@ -511,10 +512,11 @@ class PostgresTaskStore:
         before: Footprint | None,
         *,
         totals: bool = True,
-    ) -> None:
+    ) -> Deltas:
         """Keep the task's tool and model rows (``task_tools``, ``task_models``) and, with
         `totals`, the running totals (``task_counts``, ``tool_totals``, ``usage_totals``) as the
-        task now says; `before` is its footprint as stored until now (None: a new task)."""
+        task now says; `before` is its footprint as stored until now (None: a new task).
+        Returns the change of the totals (without `totals`, for the caller to apply)."""
         after = Footprint.of(task)
         async with conn.cursor() as cur:
             if before is None or before[2] != after[2]:
@@ -539,15 +541,23 @@ class PostgresTaskStore:
                         INSERT_MODEL.format(p="%s"),
                         [(task.id, backend, parent, model, *used) for model, used in models],
                     )
+            deltas = total_deltas(before, after)
             if totals:
-                await _add_totals(cur, total_deltas(before, after))
+                await _add_totals(cur, deltas)
+        return deltas
 
     async def _save_task(
-        self, conn: psycopg.AsyncConnection[Any], task: Task, before: Footprint | None
-    ) -> None:
-        """Write a stored task's row, its tool and model rows and the running totals."""
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        task: Task,
+        before: Footprint | None,
+        *,
+        totals: bool = True,
+    ) -> Deltas:
+        """Write a stored task's row, its tool and model rows and (with `totals`) the running
+        totals; returns the totals' change."""
         await conn.execute(_SAVE_TASK, self._task_values(task))
-        await self._save_footprint(conn, task, before)
+        return await self._save_footprint(conn, task, before, totals=totals)
 
     async def _fill_derived(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Migration to version 3: the derived columns, tool rows and model rows of every stored
@@ -952,6 +962,7 @@ class PostgresTaskStore:
                 now=now,
                 fresh_ms=fresh_ms,
             )
+            changes: list[Deltas] = []
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
             ):
@@ -959,10 +970,12 @@ class PostgresTaskStore:
                     f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (entry.id,)
                 )
                 tasks = self._tasks(await cur.fetchall())
+                # before `admitted`, which may change the task it is given
+                before = Footprint.of(tasks[0]) if tasks else None
                 changed = admitted(tasks[0], owner, now, include) if tasks else None
                 if changed is None:
                     continue  # cancelled or cleared since the count (it waited for our lock)
-                await self._save_task(conn, changed, Footprint.of(tasks[0]))
+                changes.append(await self._save_task(conn, changed, before, totals=False))
                 await conn.execute(
                     "INSERT INTO queue_turns (backend, parent_session_id, admitted_at) "
                     "VALUES (%s, %s, %s) ON CONFLICT (backend, parent_session_id) "
@@ -970,6 +983,10 @@ class PostgresTaskStore:
                     (backend, entry.parent, key),
                 )
                 out.append(changed)
+            # the totals of every admitted task at once, in key order, as every writer takes
+            # them (task by task, two writers could wait on each other's rows)
+            async with conn.cursor() as totals:
+                await _add_totals(totals, merged(changes))
         return out
 
     async def delete_queued(self, task_id: str) -> Task | None:

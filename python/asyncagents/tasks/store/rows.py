@@ -229,6 +229,28 @@ def total_deltas(before: Footprint | None, after: Footprint | None) -> Deltas:
     )
 
 
+def merged(many: Sequence[Deltas]) -> Deltas:
+    """Several writes' changes of the running totals as one, in key order: a transaction that
+    writes many tasks (an admission) takes the rows in the order every writer takes them."""
+    counts: dict[Any, list[Any]] = {}
+    tools: dict[tuple[str, str], int] = {}
+    usage: dict[Any, list[Any]] = {}
+    for each_counts, each_tools, each_usage in many:
+        for key, values in each_counts.items():
+            _add(counts, key, values, 1)
+        for tool, calls in each_tools.items():
+            tools[tool] = tools.get(tool, 0) + calls
+        for key, values in each_usage.items():
+            _add(usage, key, values, 1)
+    return Deltas(
+        (
+            {k: tuple(v) for k, v in sorted(counts.items()) if any(v)},
+            {k: v for k, v in sorted(tools.items()) if v},
+            {k: tuple(v) for k, v in sorted(usage.items()) if any(v)},
+        )
+    )
+
+
 _USAGE = ", ".join(USAGE_COLUMNS)
 _SUMS = ", ".join(f"sum({c})" for c in USAGE_COLUMNS)
 _NEG_SUMS = ", ".join(f"-sum({c})" for c in USAGE_COLUMNS)

@@ -59,6 +59,7 @@ from .rows import (
     derived,
     load_notice,
     load_task,
+    merged,
     removal_deltas,
     removed_deltas,
     seconds_to_ms,
@@ -509,10 +510,11 @@ class SQLiteTaskStore:
     @staticmethod
     def _save_footprint(
         db: sqlite3.Connection, task: Task, before: Footprint | None, *, totals: bool = True
-    ) -> None:
+    ) -> Deltas:
         """Keep the task's tool and model rows (``task_tools``, ``task_models``) and, with
         `totals`, the running totals (``task_counts``, ``tool_totals``, ``usage_totals``) as the
-        task now says; `before` is its footprint as stored until now (None: a new task)."""
+        task now says; `before` is its footprint as stored until now (None: a new task).
+        Returns the change of the totals (without `totals`, for the caller to apply)."""
         after = Footprint.of(task)
         if before is None or before[2] != after[2]:
             if before is not None:
@@ -533,14 +535,19 @@ class SQLiteTaskStore:
                 INSERT_MODEL.format(p="?"),
                 [(task.id, backend, parent, model, *used) for model, used in models],
             )
+        deltas = total_deltas(before, after)
         if totals:
-            _add_totals(db, total_deltas(before, after))
+            _add_totals(db, deltas)
+        return deltas
 
     @staticmethod
-    def _save_task(db: sqlite3.Connection, task: Task, before: Footprint | None) -> None:
-        """Write a stored task's row, its tool and model rows and the running totals."""
+    def _save_task(
+        db: sqlite3.Connection, task: Task, before: Footprint | None, *, totals: bool = True
+    ) -> Deltas:
+        """Write a stored task's row, its tool and model rows and (with `totals`) the running
+        totals; returns the totals' change."""
         db.execute(f"UPDATE tasks SET {_UPDATED} WHERE id = ?", SQLiteTaskStore._task_values(task))
-        SQLiteTaskStore._save_footprint(db, task, before)
+        return SQLiteTaskStore._save_footprint(db, task, before, totals=totals)
 
     def _fill_derived(self, db: sqlite3.Connection) -> None:
         """Migration to version 4: the derived columns, tool rows and model rows of every stored
@@ -901,6 +908,7 @@ class SQLiteTaskStore:
                 fresh_ms=fresh_ms,
             )
             out: list[Task] = []
+            changes: list[Deltas] = []
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
             ):
@@ -908,10 +916,13 @@ class SQLiteTaskStore:
                     f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (entry.id,)
                 ).fetchone()
                 task = None if row is None else self._task(row)
-                changed = None if task is None else admitted(task, owner, now, include)
-                if task is None or changed is None:
+                if task is None:
                     continue
-                self._save_task(db, changed, Footprint.of(task))
+                before = Footprint.of(task)  # `admitted` may change the task it is given
+                changed = admitted(task, owner, now, include)
+                if changed is None:
+                    continue
+                changes.append(self._save_task(db, changed, before, totals=False))
                 db.execute(
                     "INSERT INTO queue_turns (backend, parent_session_id, admitted_at) "
                     "VALUES (?, ?, ?) ON CONFLICT (backend, parent_session_id) "
@@ -919,6 +930,7 @@ class SQLiteTaskStore:
                     (backend, entry.parent, key),
                 )
                 out.append(changed)
+            _add_totals(db, merged(changes))
             return out
 
         def anything(db: sqlite3.Connection) -> bool:
