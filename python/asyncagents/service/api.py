@@ -302,7 +302,7 @@ class DashboardApi:
                 Operation(
                     "POST",
                     "/v1/tasks/{task_id}/cancel",
-                    "Cancel a running (or resumed) task.",
+                    "Cancel a queued or running (or resumed) task.",
                     answer=Task,
                     answer_description="The cancelled task.",
                     errors={400: "", 404: "", 409: "", 503: "The task store failed."},
@@ -499,7 +499,7 @@ class DashboardApi:
         )
 
     async def cancel(self, request: Request, query: NoQuery) -> Response:
-        """Cancel a running (or resumed) task."""
+        """Cancel a queued or running (or resumed) task."""
         task_id = (await self._task(request)).id
         try:
             task = await self.manager.cancel(task_id)
@@ -546,8 +546,19 @@ class DashboardApi:
     async def _live_sums(self, sums: queries.UsageSums, parent: str | None) -> queries.UsageSums:
         """The store's usage sums with the running tasks' live tokens and cost in place of
         their stored ones (as every task is shown)."""
-        out = sums.model_copy(deep=True)
-        for stored, live in await self._live_tasks():
+        live_tasks = await self._live_tasks()
+        if not live_tasks:
+            return sums
+        # the sums are replaced, never changed: a copy of each map is enough
+        out = sums.model_copy(
+            update={
+                "by_agent": dict(sums.by_agent),
+                "by_model": dict(sums.by_model),
+                "by_parent": dict(sums.by_parent),
+                "by_tree": dict(sums.by_tree),
+            }
+        )
+        for stored, live in live_tasks:
             if parent is not None and stored.parent_session_id != parent:
                 continue
             out.total = add_usage(out.total, live.usage, stored.usage)

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from ..models import Notice, Task, TaskStatus, TaskUsage
 from ..queries import (
+    COST_DECIMALS,
     DurationSummary,
     TaskQuery,
     TaskStats,
@@ -441,6 +442,15 @@ PARENT_USAGE = (
 )
 
 
+def _usage_dict(values: Sequence[Any]) -> dict[str, Any]:
+    """A `TaskUsage`'s fields from SQL sums of `USAGE_COLUMNS` (as `summed_usage` makes them)."""
+    *tokens, cost = values
+    names = USAGE_COLUMNS[:-1]
+    out: dict[str, Any] = {name: int(v or 0) for name, v in zip(names, tokens, strict=True)}
+    out["cost"] = round(float(cost or 0.0), COST_DECIMALS) + 0.0
+    return out
+
+
 def stats_from(
     counts: Sequence[Sequence[Any]],
     tools: Sequence[Sequence[Any]],
@@ -448,23 +458,40 @@ def stats_from(
     usage: Sequence[Sequence[Any]],
 ) -> TaskStats:
     """The stats from `TOTAL_COUNTS` (or `PARENT_COUNTS`) rows, (tool, calls) rows and
-    `TOTAL_USAGE` (or `PARENT_USAGE`) rows."""
+    `TOTAL_USAGE` (or `PARENT_USAGE`) rows. The usage sums are validated as one document (a
+    service may have thousands of parents: one model each would cost more than the query)."""
     by_status = {s.value: 0 for s in TaskStatus}
     by_agent: dict[str, int] = {}
-    agent_usage: dict[str, TaskUsage] = {}
+    agent_usage: dict[str, list[Any]] = {}
     total = unrecorded = 0
-    all_usage = TaskUsage()
     for status, agent, count, missing, _, *used in counts:
         by_status[status] = by_status.get(status, 0) + int(count)
         by_agent[agent] = by_agent.get(agent, 0) + int(count)
         total += int(count)
         unrecorded += int(missing)
-        part = summed_usage(*used)
-        agent_usage[agent] = agent_usage.get(agent, TaskUsage()) + part
-        all_usage = all_usage + part
-    groups: dict[str, dict[str, TaskUsage]] = {"model": {}, "parent": {}, "tree": {}}
-    for kind, key, *used in usage:
-        groups[str(kind)][str(key)] = summed_usage(*used)
+        _add(agent_usage, agent, [v or 0 for v in used], 1)
+    groups: dict[str, dict[str, Any]] = {"model": {}, "parent": {}, "tree": {}}
+    for kind, key, inputs, outputs, reasoning, cache_read, cache_write, cost in usage:
+        # thousands of rows (a key per parent): plain dicts, validated once below (SQL sums
+        # of integers may be decimals; validation makes them ints)
+        groups[kind][key] = {
+            "input_tokens": inputs,
+            "output_tokens": outputs,
+            "reasoning_tokens": reasoning,
+            "cache_read_tokens": cache_read,
+            "cache_write_tokens": cache_write,
+            "cost": round(cost, COST_DECIMALS) + 0.0,
+        }
+    all_usage = [sum(values) for values in zip(*agent_usage.values(), strict=False)] or [0] * 6
+    sums = UsageSums.model_validate(
+        {
+            "total": _usage_dict(all_usage),
+            "by_agent": {k: _usage_dict(agent_usage[k]) for k in sorted(agent_usage)},
+            "by_model": dict(sorted(groups["model"].items())),
+            "by_parent": dict(sorted(groups["parent"].items())),
+            "by_tree": dict(sorted(groups["tree"].items())),
+        }
+    )
     return TaskStats(
         tasks=total,
         by_status=by_status,
@@ -472,11 +499,5 @@ def stats_from(
         tool_calls=sorted_tools({str(name): int(calls) for name, calls in tools}),
         tools_unrecorded=unrecorded,
         durations=durations,
-        usage=UsageSums(
-            total=summed_usage(**all_usage.model_dump()),
-            by_agent={k: summed_usage(**agent_usage[k].model_dump()) for k in sorted(agent_usage)},
-            by_model=dict(sorted(groups["model"].items())),
-            by_parent=dict(sorted(groups["parent"].items())),
-            by_tree=dict(sorted(groups["tree"].items())),
-        ),
+        usage=sums,
     )

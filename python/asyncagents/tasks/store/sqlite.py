@@ -857,7 +857,9 @@ class SQLiteTaskStore:
         rows = db.execute(
             "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
             "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?) "
-            "FROM tasks WHERE backend = ? AND status IN (?, ?, ?)",
+            # the pending tasks are few among many ended ones: through the status index (with a
+            # store's statistics, the planner may think a scan of every task cheaper)
+            "FROM tasks INDEXED BY tasks_backend_status WHERE backend = ? AND status IN (?, ?, ?)",
             (now_ms(), backend, *_PENDING),
         ).fetchall()
         entries = [
