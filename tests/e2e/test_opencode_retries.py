@@ -35,7 +35,7 @@ def _users(messages: list[dict[str, Any]]) -> list[str]:
 
 async def _ended(manager: TaskManager, task_id: str) -> bool:
     task = await manager.store.get(task_id)
-    return task is not None and not task.status.active
+    return task is not None and not task.status.pending
 
 
 async def _notices(backend: OpenCodeBackend, parent: str) -> list[str]:
