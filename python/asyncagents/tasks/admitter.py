@@ -82,7 +82,7 @@ class Admitter:
         """Make a pass now, and another when a queued try again's backoff ends (epoch ms): the
         queue skips it until then (the periodic pass is the safety net of other managers)."""
         self.poke()
-        if at_ms is None or self._loop_task is None:
+        if at_ms is None:
             return
         loop = asyncio.get_running_loop()
         # a little after the end, so that the pass finds it over
