@@ -519,3 +519,25 @@ async def test_the_fallback_counts_against_its_own_models_cap(
         await wait_status(manager, a.id, TaskStatus.COMPLETED, "the fallback answered")
         final = await stored(manager, a.id)
         assert final.tries == ["inprocess/inprocess", "small/tiny"]
+
+
+async def test_a_cancel_ends_a_waiting_try_and_nothing_more_is_sent(
+    backend: InProcessBackend, store: TaskStore, provider: Provider
+) -> None:
+    async with started(backend, store, retry_initial=0.5, retry_max=0.5) as manager:
+        parent = await session(backend)
+        a = await manager.task(parent, "[429:1] work", AGENT, "cancelled while waiting")
+
+        async def waits() -> bool:
+            t = await manager.store.get(a.id)
+            return t is not None and t.status is TaskStatus.QUEUED and bool(t.tries)
+
+        await until(waits, 10, "the try again waiting")
+        text = await run_tool(manager, parent, "asyncagents_cancel", {"task_id": a.id})
+        assert text == f"Cancelled background task `{a.id}`: cancelled while waiting"
+        await asyncio.sleep(1.0)  # past the backoff: nothing is admitted or sent
+        final = await stored(manager, a.id)
+        assert final.status is TaskStatus.CANCELLED
+        assert provider.prompts() == ["[429:1] work"]
+        assert a.session_id
+        assert user_texts(await backend.messages(a.session_id)) == ["[429:1] work"]
