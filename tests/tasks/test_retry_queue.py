@@ -308,6 +308,14 @@ async def test_a_follow_up_queued_for_the_turns_end_waits_for_a_slot(
                 "when the running turn ends (1 follow-up(s) queued). You will get a notice with "
                 "its response."
             )
+            out = await run_tool(manager, p1, "asyncagents_output", {"task_id": a.id})
+            assert out == (
+                f"Task `{a.id}` (resumed) [queued] {AGENT}: with a follow-up\n"
+                "Waiting in the queue: position 1 in the queue; 1/1 running on this server "
+                "(max_running).\n"
+                "1 queued follow-up(s) are sent when this turn ends.\n"
+                f"The follow-up {GOES_ON}\n{NO_USAGE_RESUMED}"
+            )
             await until(lambda: len(provider.calls) == 2, 5, "B's prompt")
             assert provider.prompts() == ["[gate:a] first", "[gate:b] other"]
             provider.gate("b").set()
