@@ -103,6 +103,12 @@ _CURRENT_TABLES = {
 _TASK_COLUMNS = "id, CAST(data AS BLOB), backend, owner"
 _NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at, next_attempt_at"
 _PENDING = tuple(sorted(s.value for s in PENDING_STATUSES))
+#: a queued try again's backoff end (`Task.retry_at`), read from the record: only a queued row
+#: whose record has one is parsed (and a broken record has none)
+_NOT_BEFORE = (
+    "CASE WHEN status = 'queued' AND instr(data, '\"retry_at\":null') = 0 AND json_valid(data) "
+    "THEN json_extract(data, '$.retry_at') END"
+)
 
 
 def _json(record: Task | Notice) -> bytes:
@@ -496,8 +502,8 @@ class SQLiteTaskStore:
     def _queue_view(db: sqlite3.Connection, backend: str) -> QueueView:
         rows = db.execute(
             "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
-            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?) "
-            "FROM tasks WHERE backend = ? AND status IN (?, ?, ?)",
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?), "
+            f"{_NOT_BEFORE} FROM tasks WHERE backend = ? AND status IN (?, ?, ?)",
             (now_ms(), backend, *_PENDING),
         ).fetchall()
         entries = [
@@ -511,6 +517,7 @@ class SQLiteTaskStore:
                 ready=bool(r[6]),
                 owner=r[7],
                 owner_live=bool(r[8]),
+                not_before=r[9] if isinstance(r[9], int) else None,
             )
             for r in rows
         ]
