@@ -371,3 +371,37 @@ def test_a_provider_retry_counts_down(browser: Browser, live: LiveService) -> No
     live.run(lambda: live.script.release("retry"))
     expect(r.locator(".badge")).to_have_text("completed")
     expect(r.locator(".retry")).to_have_count(0)
+
+
+def test_a_turn_tried_again_counts_down_in_the_queue(browser: Browser, live: LiveService) -> None:
+    """A turn that ended on a rate limit waits `queued` for its backoff (30 s, the default
+    ``retry_initial``): the row counts down to the next try, with the error and the model."""
+    task = launch(live, "Summarise the notes [429]", "Summarise notes")
+    page = open_at(browser, live, 1280)
+    log_in(page)
+    r = row(page, task)
+    expect(r.locator(".badge")).to_have_text("queued")
+    retry = r.locator(".retry")
+    expect(retry).to_have_text(re.compile(r"^try 2 in (2[89]|30)s$"))
+    first = int(re.findall(r"\d+", retry.inner_text())[1])
+    page.wait_for_timeout(2200)
+    later = int(re.findall(r"\d+", retry.inner_text())[1])
+    assert first - 3 <= later <= first - 1, (first, later)  # it counts down
+    stored = live.call(live.manager.store.get(task.id))
+    assert stored is not None and stored.retry_at is not None
+    when = page.evaluate(f"new Date({stored.retry_at}).toLocaleTimeString()")
+    expect(retry).to_have_attribute(
+        "title",
+        "Tried again after a provider error: APIError: Rate limited: slow down. "
+        f"Try 2 on the server's default model from {when}.",
+    )
+    expect(r).to_have_attribute("aria-label", re.compile(r"^queued \(try 2 in \d+s\): "))
+    r.click()
+    fields = page.locator("#detail-fields")
+    expect(fields).to_contain_text("Last provider errorAPIError: Rate limited: slow down")
+    expect(fields).to_contain_text(re.compile(r"Next trytry 2 in \d+s"))
+    page.keyboard.press("Escape")
+    # cancelled while it waits: no try is shown
+    live.call(live.manager.cancel(task.id))
+    expect(r.locator(".badge")).to_have_text("cancelled")
+    expect(r.locator(".retry")).to_have_count(0)

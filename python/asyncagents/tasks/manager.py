@@ -76,6 +76,7 @@ from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import (
     MAX_QUEUED_FOLLOWUPS,
+    between_turns,
     cancelled,
     queue_followup,
     resumed,
@@ -384,6 +385,8 @@ class TaskManager:
             await self.catalog.check(model)
         else:
             model = model_name(self.config.model)
+        if self.config.fallback_models:
+            await self.catalog.check_fallbacks(self.config.fallback_models)
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
         depth, root = await self._depth_of(parent_session_id)
         await self._check_tree_budget(root)
@@ -456,8 +459,9 @@ class TaskManager:
                 left = max(0.0, timeout - (loop.time() - begin))
                 timed_out = not await self.recorder.wait_ended(task.id, left)
                 task = await self._resolve(task.id, parent_session_id)
-                # a try again after a provider error is the same turn to the caller
-                if timed_out or not task.status.active or not task.tries:
+                # a try again after a provider error (waiting in the queue, then running) is
+                # the same turn to the caller
+                if timed_out or not task.status.pending or not task.tries:
                     break
             waited = loop.time() - begin
         if task.status.active:
@@ -721,15 +725,20 @@ class TaskManager:
         when: str | None = None,
     ) -> Task:
         task = await self._resolve(task_id, parent_session_id)
-        if when is not None and task.status.active:
+        if when is not None and (task.status.active or between_turns(task)):
             followup = FollowUp(prompt=prompt, interrupt=when == "now")
             out = await self.recorder.apply(task.id, queue_followup(followup), "task.updated")
             if out is not None:
-                if followup.interrupt and task.session_id:
+                if followup.interrupt and out[0].status.active and task.session_id:
+                    # the follow-up keeps the aborted turn's slot (`finished`)
                     await abort_quietly(self.backend, task.session_id)
+                elif out[0].status is TaskStatus.QUEUED:
+                    # it took the place of a turn waiting in the queue, without its backoff
+                    self.admitter.poke()
                 return out[0]
             task = await self._resolve(task.id, parent_session_id)
-            if task.status.active and len(task.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
+            pending = task.status.active or between_turns(task)
+            if pending and len(task.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
                 raise TaskRequestError(
                     f"Task `{task.id}` already has {MAX_QUEUED_FOLLOWUPS} queued follow-ups; "
                     "wait for its notices before queueing more."
@@ -829,35 +838,29 @@ class TaskManager:
             self.admitter.poke()
 
     def _followup_due(self, task: Task) -> None:
-        """A turn ended into a queued follow-up: send it (started in the store already), or,
-        when the turn's end could not name its last message, start it from here."""
-        if task.status.active and task.turn_started_at is None:
+        """A turn ended into its next one: a try again after a provider error, or a queued
+        follow-up, waits in the queue (its slot is free now; a try again not before its
+        backoff ends); a follow-up sent with ``when="now"`` keeps the aborted turn's slot and
+        is sent at once; when the turn's end could not name its last message, the follow-up
+        is queued from here."""
+        if task.status is TaskStatus.QUEUED:
+            # the ended turn's run goes (not a newer one: another pass may have admitted it)
+            self.registry.drop(task.id, task.turn - 1)
+            self.admitter.poke_at(task.retry_at)
+        elif task.status.active and task.turn_started_at is None:
             run = self.watcher.follow(task)
-            # a try again waits out its backoff as a plain job (a graceful close does not wait
-            # for it: the next owner sends it, with the same message id)
-            (self.jobs if task.retry_at is not None else self.launches).spawn(
-                self._send_turn(task, run)
-            )
+            self.launches.spawn(self._send_turn(task, run))
         elif task.status is TaskStatus.COMPLETED and task.pending_followups:
             self.launches.spawn(self._send_queued(task))
 
     async def _send_turn(self, task: Task, run: Run) -> None:
-        """Send a turn the store started without sending: a follow-up, or a try again after
-        a provider error (after its backoff, `retry_at`)."""
-        if task.retry_at is not None:
-            await asyncio.sleep(max(0.0, (task.retry_at - now_ms()) / 1000))
-            try:
-                current = await self.store.get(task.id)
-            except StoreError as exc:
-                log.info("try again of %s postponed: %s", task.id, exc)
-                current = task
-            if current is None or current.turn != task.turn or not current.status.active:
-                return  # cancelled or cleared while it waited
+        """Send a follow-up that took the slot of the turn it aborted (``when="now"``)."""
         prompt = task.last_prompt or task.prompt
         await self.launcher.resume(task, run, prompt, task.turn_after_message_id)
 
     async def _send_queued(self, task: Task) -> None:
-        """Start a completed task's first queued follow-up (reads the child's last message)."""
+        """Queue a completed task's first queued follow-up for admission (reads the child's
+        last message)."""
         assert task.session_id is not None
         followup = task.pending_followups[0]
         try:
@@ -934,6 +937,9 @@ class TaskManager:
             if task.status is TaskStatus.QUEUED:
                 if task.fork_pending:
                     self._start_fork(task)
+                if task.retry_at is not None:
+                    # a try again waiting out its backoff: admitted once it is over
+                    self.admitter.poke_at(task.retry_at)
                 continue
             if task.session_id is None:
                 # stored by an older version between accepting the task and creating its session
@@ -950,11 +956,7 @@ class TaskManager:
             # admitted, its prompt maybe never sent (and its fork maybe not prepared): send it
             # again (the same message id: one message, answered once)
             run = self.watcher.follow(task)
-            if task.tries and task.status is not TaskStatus.RESUMED:
-                # a try again after a provider error (after its backoff)
-                self._followup_due(task)
-            else:
-                self.launches.spawn(self._launch(task, run))
+            self.launches.spawn(self._launch(task, run))
         self.admitter.poke()
 
     async def _message_ids(self, task: Task) -> dict[str, JSON] | None:

@@ -90,9 +90,22 @@ function fmtAgo(ms) {
   return `${Math.floor(h / 24)} days ago`;
 }
 
+// A turn tried again after a provider error, waiting in the queue for its backoff to end.
+function waitingTry(task) {
+  return task.status === "queued" && task.tries && task.tries.length && task.retry_at
+    ? task.tries.length
+    : null;
+}
+
 // OpenCode retrying the provider for an active task: "retry 2 in 14s" (counting down), "retry 2
-// now" once the time has come; null when no retry is under way.
+// now" once the time has come; a turn tried again by the manager: "try 2 in 40s", then "try 2,
+// waiting for a slot"; null when no retry is under way.
 function retryText(task) {
+  const tryNumber = waitingTry(task);
+  if (tryNumber) {
+    const left = Math.ceil((task.retry_at - now()) / 1000);
+    return left > 0 ? `try ${tryNumber} in ${left}s` : `try ${tryNumber}, waiting for a slot`;
+  }
   const retry = task.progress && task.progress.retry;
   if (!retry || !ACTIVE.has(task.status)) return null;
   const n = retry.attempt === null || retry.attempt === undefined ? "" : ` ${retry.attempt}`;
@@ -102,6 +115,12 @@ function retryText(task) {
 }
 
 function retryTitle(task) {
+  const n = waitingTry(task);
+  if (n) {
+    const at = new Date(task.retry_at).toLocaleTimeString();
+    return `Tried again after a provider error: ${task.retry_error || "no reason given"}. ` +
+      `Try ${n} on ${task.model || "the server's default model"} from ${at}.`;
+  }
   const retry = task.progress.retry;
   const when = retry.next ? ` Next try at ${new Date(retry.next).toLocaleTimeString()}.` : "";
   return `OpenCode is retrying the provider: ${retry.message || "no reason given"}.${when}`;
@@ -594,6 +613,7 @@ function renderDetail(id) {
     field(dl, "Attempts", `${task.tries.length}: ${task.tries.map((m) => m || "default").join(", ")}`);
   }
   if (task.retry_error) field(dl, "Last provider error", task.retry_error);
+  if (waitingTry(task)) field(dl, "Next try", retryText(task));
   const retry = p.retry;
   if (retry && ACTIVE.has(task.status)) {
     const left = retry.next ? Math.ceil((retry.next - now()) / 1000) : null;

@@ -234,6 +234,7 @@ class InMemoryTaskStore:
                 ready=not t.fork_pending,
                 owner=t.owner,
                 owner_live=self._lease_live(t.owner, now),
+                not_before=t.retry_at if t.status is TaskStatus.QUEUED else None,
             )
             for t in self._tasks.values()
             if t.backend == backend and t.status in PENDING_STATUSES

@@ -185,6 +185,12 @@ _INSERT_TASK = (
 _SORTS = {"created_at": "created_at", "updated_at": "updated_at"}
 _NOTICE_COLUMNS = "id, data, backend, claimed_by, claim_expires_at, next_attempt_at"
 _PENDING = sorted(s.value for s in PENDING_STATUSES)
+#: a queued try again's backoff end (`Task.retry_at`), read from the record's text (a broken
+#: record has none): only a queued row whose record has one is searched
+_NOT_BEFORE = (
+    "CASE WHEN status = 'queued' AND strpos(data, '\"retry_at\":null') = 0 "
+    "THEN substring(data from '\"retry_at\":([0-9]+)')::bigint END"
+)
 
 
 def redact_dsn(dsn: str) -> str:
@@ -887,7 +893,8 @@ class PostgresTaskStore:
         cur = await conn.execute(
             "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
             "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner "
-            f"AND l.expires_at > {_NOW}) FROM tasks WHERE backend = %s AND status = ANY(%s)",
+            f"AND l.expires_at > {_NOW}), {_NOT_BEFORE} FROM tasks "
+            "WHERE backend = %s AND status = ANY(%s)",
             (backend, _PENDING),
         )
         entries = [
@@ -901,6 +908,7 @@ class PostgresTaskStore:
                 ready=bool(r[6]),
                 owner=r[7],
                 owner_live=bool(r[8]),
+                not_before=int(r[9]) if r[9] is not None else None,
             )
             for r in await cur.fetchall()
         ]

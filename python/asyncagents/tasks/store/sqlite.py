@@ -232,6 +232,12 @@ _UPDATED = ", ".join(
 _PLACES = ", ".join("CAST(? AS TEXT)" if c == "data" else "?" for c in _WRITTEN.split(", "))
 #: the sort columns `query_tasks` may use
 _SORTS = {"created_at": "created_at", "updated_at": "updated_at"}
+#: a queued try again's backoff end (`Task.retry_at`), read from the record: only a queued row
+#: whose record has one is parsed (and a broken record has none)
+_NOT_BEFORE = (
+    "CASE WHEN status = 'queued' AND instr(data, '\"retry_at\":null') = 0 AND json_valid(data) "
+    "THEN json_extract(data, '$.retry_at') END"
+)
 
 
 def _json(record: Task | Notice) -> bytes:
@@ -856,10 +862,11 @@ class SQLiteTaskStore:
     def _queue_view(db: sqlite3.Connection, backend: str) -> QueueView:
         rows = db.execute(
             "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
-            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?) "
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?), "
             # the pending tasks are few among many ended ones: through the status index (with a
             # store's statistics, the planner may think a scan of every task cheaper)
-            "FROM tasks INDEXED BY tasks_backend_status WHERE backend = ? AND status IN (?, ?, ?)",
+            f"{_NOT_BEFORE} FROM tasks INDEXED BY tasks_backend_status "
+            "WHERE backend = ? AND status IN (?, ?, ?)",
             (now_ms(), backend, *_PENDING),
         ).fetchall()
         entries = [
@@ -873,6 +880,7 @@ class SQLiteTaskStore:
                 ready=bool(r[6]),
                 owner=r[7],
                 owner_live=bool(r[8]),
+                not_before=r[9] if isinstance(r[9], int) else None,
             )
             for r in rows
         ]
