@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -352,6 +353,8 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="asyncagents-scale-"))
     model = FakeModel().start()
     with contextlib.ExitStack() as stack:
+        # the filled store is large (about 600 MB): gone with the run, even a failed one
+        stack.callback(shutil.rmtree, root, ignore_errors=True)
         opencode = stack.enter_context(running_server(model, root / "opencode"))
         url = opencode.base_url
         for kind in args.stores.split(","):
