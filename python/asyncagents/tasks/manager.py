@@ -84,6 +84,7 @@ from .transitions import (
     retrieved,
     started,
 )
+from .turns import turn_messages
 from .usage import usd
 from .watcher import STALLED, Watcher, abort_quietly
 
@@ -525,16 +526,13 @@ class TaskManager:
         if not task.session_id:
             return TaskMessages(task=task, messages=[], total=0)
         messages = await self.backend.messages(task.session_id)
-        after = since_message_id
-        if after is None and not full_session:
-            after = task.turn_after_message_id
-            ids = [str((m.get("info") or {}).get("id", "")) for m in messages]
-            if after is not None and after not in ids:
-                # the message the turn follows is gone (compacted): what sorts after it
-                messages = [m for m, i in zip(messages, ids, strict=True) if i > after]
-                after = None
-        chosen = select_messages(messages, since_message_id=after, message_limit=message_limit)
-        return TaskMessages(task=task, messages=chosen, total=len(messages))
+        total = len(messages)
+        if since_message_id is None and not full_session:
+            messages = turn_messages(messages, task.turn_after_message_id)
+        chosen = select_messages(
+            messages, since_message_id=since_message_id, message_limit=message_limit
+        )
+        return TaskMessages(task=task, messages=chosen, total=total)
 
     async def list(
         self, parent_session_id: str, status: TaskStatus | None = None
@@ -976,10 +974,9 @@ class TaskManager:
             return None
         after = task.turn_after_message_id
         previous: str | None = after
-        for message_id, message in present.items():
+        for message in turn_messages(list(present.values()), after):
             info = message.get("info") or {}
-            if after is not None and message_id <= after:
-                continue
+            message_id = str(info.get("id", ""))
             if task.prompt_message_id is not None:
                 sent = message_id == task.prompt_message_id
             else:  # stored by an older version: the prompt is found by its text

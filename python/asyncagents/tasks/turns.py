@@ -61,14 +61,23 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnState:
-    """The state of the turn made of every message after `after_message_id` (all when None)."""
-    turn = [
+def turn_messages(messages: Sequence[Any], after_message_id: str | None) -> list[dict[str, Any]]:
+    """The current turn: every message after `after_message_id` (all when None).
+
+    The one reader of a turn, for its state and for what a caller is shown. OpenCode's message
+    ids (and the ones the manager chooses) sort in creation order, so "after" is by id: a turn
+    whose preceding message is gone (compacted away) is still what sorts after it."""
+    return [
         m
         for m in messages
         if isinstance(m, dict)
         and (after_message_id is None or str(_dict(m.get("info")).get("id", "")) > after_message_id)
     ]
+
+
+def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnState:
+    """The state of the turn made of every message after `after_message_id` (all when None)."""
+    turn = turn_messages(messages, after_message_id)
     state = TurnState()
     texts: list[str] = []
     progress = TaskProgress()
