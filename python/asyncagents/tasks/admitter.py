@@ -11,12 +11,11 @@ that died, a cap raised by a restart).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from .admission import Caps
-from .jobs import wait_event
+from .jobs import PassLoop
 from .models import Task, now_ms
 from .store import TaskStore
 
@@ -44,12 +43,12 @@ class Admitter:
         self.caps = caps
         self._backend_name = backend_name
         self._owner = owner
-        self._interval = interval
         #: how long another live manager's new queued task is left to it (its lease time)
         self._fresh_ms = fresh_ms
         self._on_admitted = on_admitted
-        self._wakeup = asyncio.Event()
-        self._loop_task: asyncio.Task[None] | None = None
+        self._loop = PassLoop(
+            "task-admitter", self.admit_now, interval, log, "admission pass failed (retried)"
+        )
         self._pass_lock = asyncio.Lock()
         #: passes planned for when a try again's backoff ends
         self._timers: set[asyncio.TimerHandle] = set()
@@ -58,25 +57,17 @@ class Admitter:
 
     def start(self) -> None:
         """Start the loop (idempotent); it makes a first pass at once."""
-        if self._loop_task is None or self._loop_task.done():
-            self._wakeup.set()
-            self._loop_task = asyncio.get_running_loop().create_task(
-                self._run(), name="task-admitter"
-            )
+        self._loop.start()
 
     async def stop(self) -> None:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
-        task, self._loop_task = self._loop_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
 
     def poke(self) -> None:
         """Make a pass now (a slot may have freed, or a task joined the queue)."""
-        self._wakeup.set()
+        self._loop.poke()
 
     def poke_at(self, at_ms: int | None) -> None:
         """Make a pass now, and another when a queued try again's backoff ends (epoch ms): the
@@ -94,17 +85,6 @@ class Admitter:
 
         timer = loop.call_later(delay, fire)
         self._timers.add(timer)
-
-    async def _run(self) -> None:
-        while True:
-            await wait_event(self._wakeup, self._interval)
-            self._wakeup.clear()
-            try:
-                await self.admit_now()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("admission pass failed (retried): %s", exc)
 
     async def admit_now(self, *, include: str | None = None) -> list[Task]:
         """One pass: admit what the caps allow now, hand it on, return it. `include`: a task

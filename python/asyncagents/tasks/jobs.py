@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 
@@ -55,3 +56,55 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
         if not waiter.done():
             waiter.cancel()
     return bool(done)
+
+
+class PassLoop:
+    """A background loop that makes a pass when poked, and every `interval` seconds anyway (the
+    safety net for what no poke announces: another process's change, a manager that died).
+
+    A failed pass is logged and the loop goes on; the next poke or interval tries again."""
+
+    def __init__(
+        self,
+        name: str,
+        run_pass: Callable[[], Awaitable[object]],
+        interval: float,
+        log: logging.Logger,
+        failure: str,
+    ) -> None:
+        self._name = name
+        self._run_pass = run_pass
+        self._interval = interval
+        self._log = log
+        self._failure = failure
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the loop (idempotent); it makes a first pass at once."""
+        if self._task is None or self._task.done():
+            self._wakeup.set()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+
+    async def stop(self) -> None:
+        """Stop the loop; a pass in flight is cancelled."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def poke(self) -> None:
+        """Make a pass now (or right after the one in flight)."""
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        while True:
+            await wait_event(self._wakeup, self._interval)
+            self._wakeup.clear()
+            try:
+                await self._run_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._log.warning("%s: %s", self._failure, exc, exc_info=True)

@@ -17,7 +17,6 @@ reply (``noReply``). Every delivery ends with how many of the parent's tasks sti
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -27,7 +26,7 @@ from ..reference.truncate import cut_head_tail
 from .backend import JSON, PromptRequest, SessionBackend
 from .config import TaskManagerConfig
 from .errors import BackendError, SessionNotFoundError
-from .jobs import wait_event
+from .jobs import PassLoop
 from .markdown import code, code_label
 from .models import Notice, NoticeKind, Task, now_ms
 from .retries import task_attempts
@@ -271,43 +270,29 @@ class NoticeCourier:
         self._backend_name = backend_name
         self._running_tasks = running_tasks
         self._on_parent_gone = on_parent_gone
-        self._wakeup = asyncio.Event()
-        self._loop_task: asyncio.Task[None] | None = None
+        self._loop = PassLoop(
+            "notice-courier",
+            self.deliver_due,
+            config.notice_interval,
+            log,
+            "notice delivery pass failed",
+        )
         self._pass_lock = asyncio.Lock()
         self.delivered = 0
 
     # -- loop ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the delivery loop (idempotent)."""
-        if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.get_running_loop().create_task(
-                self._run(), name="notice-courier"
-            )
-            self._wakeup.set()
+        """Start the delivery loop (idempotent); it makes a first pass at once."""
+        self._loop.start()
 
     async def stop(self) -> None:
         """Stop the loop; a delivery in flight is abandoned (its claim expires)."""
-        task, self._loop_task = self._loop_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
 
     def poke(self) -> None:
         """Look at the pending notices now (a notice was queued, or a parent went idle)."""
-        self._wakeup.set()
-
-    async def _run(self) -> None:
-        while True:
-            await wait_event(self._wakeup, self._config.notice_interval)
-            self._wakeup.clear()
-            try:
-                await self.deliver_due()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("notice delivery pass failed")
+        self._loop.poke()
 
     # -- delivery -----------------------------------------------------------------------------
 
