@@ -313,7 +313,8 @@ class DashboardApi:
                 Operation(
                     "GET",
                     "/v1/stats",
-                    "Counts by status and agent, tool calls by name, last-turn durations.",
+                    "Counts by status and agent, tool calls by name, last-turn durations, "
+                    "tokens and cost (of the top `top` parents and trees).",
                     query=StatsQuery,
                     answer=Stats,
                     answer_description="The counts.",
