@@ -297,6 +297,7 @@ def measure(
                 f"q={RARE} (1 task in 100)": f"/v1/tasks?limit=100&q={RARE}",
                 "q=no-such-text (no match)": "/v1/tasks?limit=100&q=no-such-text",
                 "GET /v1/stats": "/v1/stats",
+                "GET /v1/stats?top=1000": "/v1/stats?top=1000",
                 "GET /v1/stats?parent=...": "/v1/stats?parent=ses_parent000042",
             }
             out["total"] = first["total"]
@@ -316,6 +317,7 @@ def measure(
                 out["latency_ms"][name] = {
                     "median": round(statistics.median(samples), 2),
                     "p95": round(samples[max(0, int(len(samples) * 0.95 + 0.5) - 1)], 2),
+                    "bytes": len(response.content),
                 }
             out["peak_rss_mb"] = round(_proc_kib(proc.pid, "VmHWM") / 1024, 1)
         return out

@@ -351,8 +351,29 @@ async def test_stats_counts_tools_and_durations(
     assert (await client.get("/v1/stats?parent=ses_other")).json()["tasks"] == 0
     bad = await client.get("/v1/stats?agent=x")
     assert bad.status_code == 400
+    assert bad.json() == {
+        "error": "bad_request",
+        "detail": "query parameter 'agent': unknown; this route takes parent, top",
+    }
     # cached counts of ended turns give the same answer
     assert (await client.get("/v1/stats")).json()["tool_calls"] == body["tool_calls"]
+
+
+@pytest.mark.parametrize(
+    ("query", "detail"),
+    [
+        ("top=-1", "query parameter 'top': -1 is out of range 0..1000"),
+        ("top=1001", "query parameter 'top': 1001 is out of range 0..1000"),
+        ("top=many", "query parameter 'top': 'many' is not an integer"),
+        ("top=1&top=2", "query parameter 'top': given more than once"),
+    ],
+)
+async def test_bad_stats_parameters_are_named(
+    client: httpx.AsyncClient, query: str, detail: str
+) -> None:
+    response = await client.get(f"/v1/stats?{query}")
+    assert response.status_code == 400
+    assert response.json() == {"error": "bad_request", "detail": detail}
 
 
 def test_duration_summary_and_percentile() -> None:
@@ -529,6 +550,10 @@ async def test_answers_have_the_fields_their_documented_schemas_list(
     assert set(stats) == fields("Stats")
     assert set(stats["tool_calls"]) == fields("ToolCalls")
     assert set(stats["durations"]) == fields("DurationSummary")
+    assert set(stats["usage"]) == fields("UsageSums")
+    assert {"parents", "trees"} <= fields("UsageSums")
+    top = next(p for p in doc["paths"]["/v1/stats"]["get"]["parameters"] if p["name"] == "top")
+    assert top["schema"] == {"default": 100, "maximum": 1000, "minimum": 0, "type": "integer"}
     talk = (await client.get(f"/v1/tasks/{done.id}/messages?full_session=true")).json()
     assert documented("/v1/tasks/{task_id}/messages", "get") == "Conversation"
     assert set(talk) == fields("Conversation")
@@ -584,11 +609,65 @@ async def test_tokens_and_cost_per_task_and_summed_by_agent_model_parent_and_tre
         "total": _usage(4),
         "by_agent": {"build": _usage(1), "general": _usage(3)},
         "by_model": {"inprocess/inprocess": _usage(4)},
-        "by_parent": dict(sorted({one: _usage(4), two: _usage(0)}.items())),
-        "by_tree": dict(sorted({one: _usage(4), two: _usage(0)}.items())),
+        "by_parent": {one: _usage(4), two: _usage(0)},
+        "by_tree": {one: _usage(4), two: _usage(0)},
+        "parents": 2,
+        "trees": 2,
     }
+    assert list(stats["by_parent"]) == [one, two]  # highest cost first
+    top = (await client.get("/v1/stats?top=1")).json()["usage"]
+    assert (top["by_parent"], top["by_tree"]) == ({one: _usage(4)}, {one: _usage(4)})
+    assert (top["parents"], top["trees"], top["total"]) == (2, 2, _usage(4))
     assert (await client.get(f"/v1/stats?parent={one}")).json()["usage"]["total"] == _usage(4)
     assert event_task_json(await stored(manager, tools.id))["usage"] == _usage(3)
     script.release("usage")
     done = await ended(manager, held.id, "completed")
     assert done.usage.model_dump() == _usage(1)
+
+
+async def test_live_usage_moves_the_listed_parents_and_trees_only(
+    manager: TaskManager, four: list[Task], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The running tasks' live usage goes into the parents and trees the store listed (ranked
+    again, still at most `top`); one not listed stays out until its usage is stored."""
+    from asyncagents.tasks.models import TaskUsage
+    from asyncagents.tasks.queries import UsageSums
+
+    def cost(value: float) -> TaskUsage:
+        return TaskUsage(input_tokens=1, cost=value)
+
+    def running(parent: str, stored: float, live: float) -> tuple[Task, Task]:
+        task = four[3].model_copy(
+            update={
+                "parent_session_id": parent,
+                "root_session_id": f"t{parent}",
+                "usage": cost(stored),
+                "usage_by_model": {},
+            }
+        )
+        return task, task.model_copy(update={"usage": cost(live)})
+
+    dashboard = DashboardApi(manager, token=TOKEN)
+    pairs = [running("p_b", 1.0, 4.0), running("p_c", 0.5, 20.0)]
+
+    async def live_tasks() -> list[tuple[Task, Task]]:
+        return pairs
+
+    monkeypatch.setattr(dashboard, "_live_tasks", live_tasks)
+    sums = UsageSums(
+        total=cost(9.5),
+        by_agent={"explore": cost(9.5)},
+        by_parent={"p_a": cost(5.0), "p_b": cost(4.0)},
+        by_tree={"tp_a": cost(5.0), "tp_b": cost(4.0)},
+        parents=3,
+        trees=3,
+    )
+    out = await dashboard._live_sums(sums, None, 2)
+    assert out.total == out.by_agent["explore"] == cost(32.0)
+    assert list(out.by_parent.items()) == [("p_b", cost(7.0)), ("p_a", cost(5.0))]
+    assert list(out.by_tree.items()) == [("tp_b", cost(7.0)), ("tp_a", cost(5.0))]
+    assert (out.parents, out.trees) == (3, 3)
+    assert sums.by_parent == {"p_a": cost(5.0), "p_b": cost(4.0)}  # the store's, unchanged
+    one = await dashboard._live_sums(sums, None, 1)
+    assert list(one.by_parent) == ["p_b"] and list(one.by_tree) == ["tp_b"]
+    dashboard.close()

@@ -828,8 +828,10 @@ async def test_a_version_3_file_gets_the_query_columns_and_totals_and_keeps_its_
         total=used,
         by_agent={"build": TaskUsage(), "explore": used, "general": TaskUsage()},
         by_model={"prov/m1": used},
-        by_parent={"ses_kid": TaskUsage(), "ses_top": used},
+        by_parent={"ses_top": used, "ses_kid": TaskUsage()},
         by_tree={"ses_top": used},
+        parents=2,
+        trees=1,
     )
     view = await store.queue_view("b1")
     assert sorted((e.id, e.agent, e.model, e.running) for e in view.entries) == [

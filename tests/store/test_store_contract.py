@@ -569,10 +569,15 @@ async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
             total=_u(116, 1.875),
             by_agent={"explore": _u(6, 0.625), "general": _u(110, 1.25)},
             by_model={"m/a": _u(15, 0.75), "m/b": _u(101, 1.125)},
-            by_parent={"p1": _u(16, 0.875), "p2": _u(100, 1.0), "ses_kid": _u(0, 0.0)},
-            by_tree={"p1": _u(16, 0.875), "p2": _u(100, 1.0)},
+            by_parent={"p2": _u(100, 1.0), "p1": _u(16, 0.875), "ses_kid": _u(0, 0.0)},
+            by_tree={"p2": _u(100, 1.0), "p1": _u(16, 0.875)},
+            parents=3,
+            trees=2,
         ),
     )
+    # highest cost first (dicts compare without order: the keys' order is asserted)
+    assert list(stats.usage.by_parent) == ["p2", "p1", "ses_kid"]
+    assert list(stats.usage.by_tree) == ["p2", "p1"]
     p1 = await store.task_stats("b1", "p1")
     assert p1.tasks == 3 and p1.tool_calls == {"read": 4, "bash": 2}
     assert p1.durations == DurationSummary(count=2, min_ms=10, median_ms=25.0, p95_ms=40, max_ms=40)
@@ -582,6 +587,8 @@ async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
         by_model={"m/a": _u(15, 0.75), "m/b": _u(1, 0.125)},
         by_parent={"p1": _u(16, 0.875)},
         by_tree={"p1": _u(16, 0.875)},
+        parents=1,
+        trees=1,
     )
     # a page's usage: every match's, on every page
     page = await store.query_tasks(TaskQuery(backend="b1", limit=1))
@@ -606,8 +613,11 @@ async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
         by_agent={"general": _u(100, 1.0)},
         by_model={"m/b": _u(100, 1.0)},
         by_parent={"p2": _u(100, 1.0), "ses_kid": _u(0, 0.0)},
-        by_tree={"p1": _u(0, 0.0), "p2": _u(100, 1.0)},
+        by_tree={"p2": _u(100, 1.0), "p1": _u(0, 0.0)},
+        parents=2,
+        trees=2,
     )
+    assert list(after.usage.by_tree) == ["p2", "p1"]
     # usage that grows moves every sum; a queued task deleted leaves them
     out = await store.update(
         tasks[2].id, lambda t: (_used(t, m_b=_u(150, 1.5), m_c=_u(7, 0.0)), None)
@@ -621,8 +631,72 @@ async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
         by_model={"m/b": _u(150, 1.5), "m/c": _u(7, 0.0)},
         by_parent={"p2": _u(157, 1.5)},
         by_tree={"p2": _u(157, 1.5)},
+        parents=1,
+        trees=1,
     )
     assert after.by_status["queued"] == 0 and after.tasks == 3
+
+
+async def test_task_stats_list_the_top_parents_and_trees(store: TaskStore) -> None:
+    """`by_parent` and `by_tree` hold the top N by cost, then tokens, then id; `parents` and
+    `trees` count them all; a parent's stats are cut the same way."""
+    # (parent, tree, tokens, cost): p_b and p_c tie on cost (tokens decide), p_d and p_e tie
+    # on both (the id decides)
+    rows = [
+        ("p_a", "t_1", 10, 0.5),
+        ("p_b", "t_1", 30, 2.0),
+        ("p_c", "t_2", 40, 2.0),
+        ("p_d", "t_3", 5, 0.25),
+        ("p_e", "t_3", 5, 0.25),
+        ("p_f", "t_4", 1000, 0.0),
+        ("p_g", "t_5", 0, 4.0),
+    ]
+    for parent, tree, tokens, cost in rows:
+        task = _used(_ended(make_task(parent=parent), COMPLETED, 10), m_a=_u(tokens, cost))
+        task.root_session_id = tree
+        await store.insert(task)
+    await store.insert(_used(make_task(parent="p_z", backend="b2"), m_a=_u(9, 99.0)))
+    every = await store.task_stats("b1", top=1000)
+    assert list(every.usage.by_parent.items()) == [
+        ("p_g", _u(0, 4.0)),
+        ("p_c", _u(40, 2.0)),
+        ("p_b", _u(30, 2.0)),
+        ("p_a", _u(10, 0.5)),
+        ("p_d", _u(5, 0.25)),
+        ("p_e", _u(5, 0.25)),
+        ("p_f", _u(1000, 0.0)),
+    ]
+    assert list(every.usage.by_tree.items()) == [
+        ("t_5", _u(0, 4.0)),
+        ("t_1", _u(40, 2.5)),
+        ("t_2", _u(40, 2.0)),
+        ("t_3", _u(10, 0.5)),
+        ("t_4", _u(1000, 0.0)),
+    ]
+    assert (every.usage.parents, every.usage.trees) == (7, 5)
+    default = await store.task_stats("b1")
+    assert default.usage == every.usage
+    three = await store.task_stats("b1", top=3)
+    assert list(three.usage.by_parent) == ["p_g", "p_c", "p_b"]
+    assert list(three.usage.by_tree) == ["t_5", "t_1", "t_2"]
+    assert (three.usage.parents, three.usage.trees) == (7, 5)
+    assert three.usage.total == every.usage.total == _u(1090, 9.0)
+    assert three.usage.by_model == {"m/a": _u(1090, 9.0)}
+    none = await store.task_stats("b1", top=0)
+    assert none.usage.by_parent == {} and none.usage.by_tree == {}
+    assert (none.usage.parents, none.usage.trees) == (7, 5)
+    one = await store.task_stats("b1", "p_d", top=0)
+    assert one.usage.by_parent == {} and (one.usage.parents, one.usage.trees) == (1, 1)
+    assert one.usage.total == _u(5, 0.25)
+    other = await store.task_stats("b2", top=1)
+    assert other.usage.by_parent == {"p_z": _u(9, 99.0)}
+    assert (other.usage.parents, other.usage.trees) == (1, 1)
+    # a parent cleared leaves the counts and the list
+    await store.delete_parent("p_g", backend="b1")
+    after = await store.task_stats("b1", top=2)
+    assert list(after.usage.by_parent) == ["p_c", "p_b"]
+    assert list(after.usage.by_tree) == ["t_1", "t_2"]
+    assert (after.usage.parents, after.usage.trees) == (6, 4)
 
 
 async def test_changed_since_reads_recent_writes_and_clears(store: TaskStore) -> None:

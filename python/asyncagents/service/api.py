@@ -313,7 +313,8 @@ class DashboardApi:
                 Operation(
                     "GET",
                     "/v1/stats",
-                    "Counts by status and agent, tool calls by name, last-turn durations.",
+                    "Counts by status and agent, tool calls by name, last-turn durations, "
+                    "tokens and cost (of the top `top` parents and trees).",
                     query=StatsQuery,
                     answer=Stats,
                     answer_description="The counts.",
@@ -513,7 +514,7 @@ class DashboardApi:
 
     async def stats(self, request: Request, query: StatsQuery) -> Response:
         """Counts by status and agent, tool calls by name, turn durations."""
-        stats = await self.manager.task_stats(query.parent)
+        stats = await self.manager.task_stats(query.parent, query.top)
         return answer(
             Stats(
                 tasks=stats.tasks,
@@ -525,7 +526,7 @@ class DashboardApi:
                     unreadable_tasks=stats.tools_unrecorded,
                 ),
                 durations=stats.durations,
-                usage=await self._live_sums(stats.usage, query.parent),
+                usage=await self._live_sums(stats.usage, query.parent, query.top),
             )
         )
 
@@ -543,9 +544,14 @@ class DashboardApi:
                 out.append((stored, live))
         return out
 
-    async def _live_sums(self, sums: queries.UsageSums, parent: str | None) -> queries.UsageSums:
+    async def _live_sums(
+        self, sums: queries.UsageSums, parent: str | None, top: int
+    ) -> queries.UsageSums:
         """The store's usage sums with the running tasks' live tokens and cost in place of
-        their stored ones (as every task is shown)."""
+        their stored ones (as every task is shown). The parents and trees listed (the store's
+        top `top` by stored cost) get their running tasks' live usage and are ranked again; one
+        not listed stays out (its stored sum is not read here) until its usage is stored, which
+        its manager does at each check."""
         live_tasks = await self._live_tasks()
         if not live_tasks:
             return sums
@@ -562,12 +568,16 @@ class DashboardApi:
             if parent is not None and stored.parent_session_id != parent:
                 continue
             out.total = add_usage(out.total, live.usage, stored.usage)
+            agent = queries.no_nul(stored.agent)
+            out.by_agent[agent] = add_usage(
+                out.by_agent.get(agent, TaskUsage()), live.usage, stored.usage
+            )
             for group, key in (
-                (out.by_agent, queries.no_nul(stored.agent)),
                 (out.by_parent, stored.parent_session_id),
                 (out.by_tree, stored.tree_id),
             ):
-                group[key] = add_usage(group.get(key, TaskUsage()), live.usage, stored.usage)
+                if key in group:
+                    group[key] = add_usage(group[key], live.usage, stored.usage)
             for model in sorted({*live.usage_by_model, *stored.usage_by_model}):
                 out.by_model[model] = add_usage(
                     out.by_model.get(model, TaskUsage()),
@@ -575,6 +585,8 @@ class DashboardApi:
                     stored.usage_by_model.get(model, TaskUsage()),
                 )
         out.by_model = dict(sorted(out.by_model.items()))
+        out.by_parent = queries.ranked(out.by_parent, top)
+        out.by_tree = queries.ranked(out.by_tree, top)
         return out
 
     async def events(self, request: Request, query: NoQuery | None = None) -> Response:

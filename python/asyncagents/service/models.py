@@ -27,7 +27,7 @@ from starlette.requests import Request
 
 from ..tasks.models import Task as StoredTask
 from ..tasks.models import TaskStatus, TaskUsage
-from ..tasks.queries import DurationSummary, SortField, UsageSums
+from ..tasks.queries import TOP_DEFAULT, TOP_MAX, DurationSummary, SortField, UsageSums
 from .errors import bad_param
 
 SORTS = ("-created_at", "created_at", "-updated_at", "updated_at")
@@ -183,6 +183,11 @@ class StatsQuery(Query):
     """``GET /v1/stats``."""
 
     parent: str | None = Field(default=None, description="Only tasks of this parent session id.")
+    top: _int_in(0, TOP_MAX) = Field(  # type: ignore[valid-type]
+        default=TOP_DEFAULT,
+        description="How many parents (`usage.by_parent`) and trees (`usage.by_tree`) to list, "
+        "highest cost first (default 100).",
+    )
 
 
 class Cursor(BaseModel):
@@ -304,7 +309,8 @@ class Stats(BaseModel):
     usage: UsageSums = Field(
         description="Tokens and cost: `total`, and `by_agent`, `by_model` (provider/model), "
         "`by_parent` (parent session) and `by_tree` (top-level session), each a map to a "
-        "TaskUsage."
+        "TaskUsage. `by_parent` and `by_tree` list only the `top` first, highest cost first "
+        "(then most tokens, then id); `parents` and `trees` count them all."
     )
 
 

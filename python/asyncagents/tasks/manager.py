@@ -68,7 +68,7 @@ from .models import (
 )
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
-from .queries import SortField, TaskChanges, TaskPage, TaskQuery, TaskStats
+from .queries import TOP_DEFAULT, SortField, TaskChanges, TaskPage, TaskQuery, TaskStats
 from .recorder import Listener, Recorder
 from .registry import Run, RunRegistry
 from .session_titles import SessionTitles
@@ -597,11 +597,14 @@ class TaskManager:
             )
         )
 
-    async def task_stats(self, parent_session_id: str | None = None) -> TaskStats:
-        """Counts by status and agent, tool calls by name, last-turn durations of this
-        backend's tasks (of one parent when given), computed in the store."""
+    async def task_stats(
+        self, parent_session_id: str | None = None, top: int = TOP_DEFAULT
+    ) -> TaskStats:
+        """Counts by status and agent, tool calls by name, last-turn durations and usage of this
+        backend's tasks (of one parent when given), computed in the store; the usage of the
+        `top` first parents and trees by cost, and how many there are."""
         await self.start()
-        return await self.store.task_stats(self.backend_name, parent_session_id)
+        return await self.store.task_stats(self.backend_name, parent_session_id, top)
 
     async def changed_since(self, since: int) -> TaskChanges:
         """This backend's tasks written at or after `since` (epoch ms, the writers' clocks) and

@@ -82,15 +82,44 @@ class DurationSummary(BaseModel):
     max_ms: int | None = None
 
 
+#: how many parents and trees the stats list by default (`TOP_MAX` at most): a service's
+#: parents grow without end, its answer must not
+TOP_DEFAULT = 100
+TOP_MAX = 1000
+
+
 class UsageSums(BaseModel):
     """Tokens and cost of tasks: in all, and by agent, model (``provider/model``), parent session
-    and tree (top-level session); every agent, parent and tree of the tasks has its key."""
+    and tree (top-level session). Every agent and model has its key; parents and trees only the
+    top N by cost (`ranked`), with the counts of all of them in `parents` and `trees`."""
 
     total: TaskUsage = Field(default_factory=TaskUsage)
     by_agent: dict[str, TaskUsage] = Field(default_factory=dict)
     by_model: dict[str, TaskUsage] = Field(default_factory=dict)
-    by_parent: dict[str, TaskUsage] = Field(default_factory=dict)
-    by_tree: dict[str, TaskUsage] = Field(default_factory=dict)
+    by_parent: dict[str, TaskUsage] = Field(
+        default_factory=dict,
+        description="The top N parent sessions: highest cost first, then most tokens, then id.",
+    )
+    by_tree: dict[str, TaskUsage] = Field(
+        default_factory=dict,
+        description="The top N trees (top-level sessions): highest cost first, then most "
+        "tokens, then id.",
+    )
+    parents: int = Field(
+        default=0, description="Every parent session of the tasks (`by_parent` may list fewer)."
+    )
+    trees: int = Field(default=0, description="Every tree of the tasks (`by_tree` may list fewer).")
+
+
+def rank(key: str, usage: TaskUsage) -> tuple[float, int, str]:
+    """The order of `by_parent` and `by_tree`: highest cost first, then most tokens, then id
+    (the SQL stores' ``ORDER BY cost DESC, tokens DESC, key``)."""
+    return (-usage.cost, -usage.tokens, key)
+
+
+def ranked(sums: dict[str, TaskUsage], top: int) -> dict[str, TaskUsage]:
+    """The `top` first of `sums` in `rank` order."""
+    return dict(sorted(sums.items(), key=lambda kv: rank(*kv))[:top])
 
 
 class TaskStats(BaseModel):
@@ -179,8 +208,9 @@ def add_usage(tasks: Sequence[Task]) -> TaskUsage:
     return summed_usage(**total.model_dump())
 
 
-def usage_sums(tasks: Sequence[Task]) -> UsageSums:
-    """Tokens and cost of tasks in hand (the reference for the SQL stores)."""
+def usage_sums(tasks: Sequence[Task], top: int = TOP_DEFAULT) -> UsageSums:
+    """Tokens and cost of tasks in hand (the reference for the SQL stores); the `top` first
+    parents and trees."""
     groups: dict[str, dict[str, TaskUsage]] = {
         "by_agent": {},
         "by_model": {},
@@ -198,12 +228,18 @@ def usage_sums(tasks: Sequence[Task]) -> UsageSums:
         add("by_tree", task.tree_id, task.usage)
         for model, usage in task.usage_by_model.items():
             add("by_model", model, usage)
+    out = {
+        group: {k: summed_usage(**sums[k].model_dump()) for k in sorted(sums)}
+        for group, sums in groups.items()
+    }
     return UsageSums(
         total=add_usage(tasks),
-        **{
-            group: {k: summed_usage(**sums[k].model_dump()) for k in sorted(sums)}
-            for group, sums in groups.items()
-        },
+        by_agent=out["by_agent"],
+        by_model=out["by_model"],
+        by_parent=ranked(out["by_parent"], top),
+        by_tree=ranked(out["by_tree"], top),
+        parents=len(out["by_parent"]),
+        trees=len(out["by_tree"]),
     )
 
 
@@ -255,8 +291,9 @@ def median_ranks(count: int) -> tuple[int, int]:
     return (count + 1) // 2, count // 2 + 1
 
 
-def stats_of(tasks: Sequence[Task]) -> TaskStats:
-    """The stats of tasks in hand (the in-memory store; the reference for the SQL ones)."""
+def stats_of(tasks: Sequence[Task], top: int = TOP_DEFAULT) -> TaskStats:
+    """The stats of tasks in hand (the in-memory store; the reference for the SQL ones), with
+    the `top` first parents and trees."""
     by_status = {s.value: 0 for s in TaskStatus}
     by_agent: dict[str, int] = {}
     tools: dict[str, int] = {}
@@ -279,7 +316,7 @@ def stats_of(tasks: Sequence[Task]) -> TaskStats:
         tool_calls=sorted_tools(tools),
         tools_unrecorded=unrecorded,
         durations=duration_summary(durations),
-        usage=usage_sums(tasks),
+        usage=usage_sums(tasks, top),
     )
 
 

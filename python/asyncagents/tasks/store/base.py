@@ -33,7 +33,7 @@ from typing import Protocol
 
 from ..admission import FRESH_MS, Caps, Entry
 from ..models import Notice, Task, TaskStatus
-from ..queries import TaskChanges, TaskPage, TaskQuery, TaskStats
+from ..queries import TOP_DEFAULT, TaskChanges, TaskPage, TaskQuery, TaskStats
 
 #: `update`'s callback: the new task and an optional notice to save with it in the same
 #: transaction, or None to leave the row unchanged. Sync and quick, without I/O: it runs while the
@@ -97,9 +97,12 @@ class TaskStore(Protocol):
         """One page of the tasks `query` selects, in its order, after its cursor (keyset paging:
         stable under inserts); run in the store (indexes), never over every task in Python."""
 
-    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
-        """Counts by status and agent, tool calls by name and last-turn durations of a
-        backend's tasks (of one parent when given), computed in the store."""
+    async def task_stats(
+        self, backend: str, parent_session_id: str | None = None, top: int = TOP_DEFAULT
+    ) -> TaskStats:
+        """Counts by status and agent, tool calls by name, last-turn durations and usage of a
+        backend's tasks (of one parent when given), computed in the store; the usage of the
+        `top` first parents and trees by cost (`queries.rank`) and the counts of all."""
 
     async def changed_since(self, backend: str, since: int) -> TaskChanges:
         """A backend's tasks whose ``updated_at`` is ``>= since`` (oldest change first) and the

@@ -15,6 +15,7 @@ from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
     CLEARED_MEMORY_MS,
+    TOP_DEFAULT,
     TaskChanges,
     TaskPage,
     TaskQuery,
@@ -160,7 +161,9 @@ class InMemoryTaskStore:
             next_after=None if last is None else (sort_key(last, query.sort), last.id),
         )
 
-    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+    async def task_stats(
+        self, backend: str, parent_session_id: str | None = None, top: int = TOP_DEFAULT
+    ) -> TaskStats:
         if has_nul(backend, parent_session_id):
             return stats_of([])
         with self._lock:
@@ -170,7 +173,7 @@ class InMemoryTaskStore:
                 if t.backend == backend
                 and (parent_session_id is None or t.parent_session_id == parent_session_id)
             ]
-            return stats_of(tasks)
+            return stats_of(tasks, top)
 
     async def changed_since(self, backend: str, since: int) -> TaskChanges:
         if has_nul(backend):

@@ -38,6 +38,7 @@ from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
     CLEARED_MEMORY_MS,
+    TOP_DEFAULT,
     DurationSummary,
     TaskChanges,
     TaskPage,
@@ -53,10 +54,12 @@ from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import (
     DERIVED_COLUMNS,
     INSERT_MODEL,
+    KEY_COUNTS,
     PARENT_COUNTS,
     PARENT_USAGE,
     REBUILD_TOTALS,
     TASK_MODELS_TABLE,
+    TOP_USAGE,
     TOTAL_COUNTS,
     TOTAL_USAGE,
     TOTALS_TABLES,
@@ -756,7 +759,9 @@ class PostgresTaskStore:
             next_after=None if last is None else (int(last[4]), str(last[0])),
         )
 
-    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+    async def task_stats(
+        self, backend: str, parent_session_id: str | None = None, top: int = TOP_DEFAULT
+    ) -> TaskStats:
         if has_nul(backend, parent_session_id):
             return stats_of([])
         async with self._connection("counting tasks") as conn, conn.transaction():
@@ -776,7 +781,7 @@ class PostgresTaskStore:
                 )
                 durations = duration_summary([int(r[0]) for r in await cur.fetchall()])
                 cur = await conn.execute(PARENT_USAGE.format(p="%s"), args * 3)
-                return stats_from(counts, tools, durations, await cur.fetchall())
+                return stats_from(counts, tools, durations, await cur.fetchall(), top)
             cur = await conn.execute(TOTAL_COUNTS.format(p="%s"), (backend,))
             counts = await cur.fetchall()
             cur = await conn.execute(
@@ -816,7 +821,15 @@ class PostgresTaskStore:
                     max_ms=await ranked(timed),
                 )
             cur = await conn.execute(TOTAL_USAGE.format(p="%s"), (backend,))
-            return stats_from(counts, tools, summary, await cur.fetchall())
+            usage = await cur.fetchall()
+            for kind in ("parent", "tree"):
+                cur = await conn.execute(
+                    TOP_USAGE.format(p="%s", c=' COLLATE "C"'), (backend, kind, top)
+                )
+                usage += await cur.fetchall()
+            cur = await conn.execute(KEY_COUNTS.format(p="%s"), (backend,))
+            keys = await cur.fetchall()
+            return stats_from(counts, tools, summary, usage, top, keys)
 
     async def changed_since(self, backend: str, since: int) -> TaskChanges:
         if has_nul(backend):

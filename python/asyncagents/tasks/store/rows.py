@@ -22,6 +22,7 @@ from ..queries import (
     TaskStats,
     UsageSums,
     no_nul,
+    ranked,
     search_text,
     sorted_tools,
     summed_usage,
@@ -429,8 +430,24 @@ PARENT_COUNTS = (
     f"{_SUMS} FROM tasks WHERE backend = {{p}} AND parent_session_id = {{p}} "
     "GROUP BY status, agent"
 )
-#: the stats' usage rows: (kind, key, `USAGE_COLUMNS`) of the totals
-TOTAL_USAGE = f"SELECT kind, key, {_USAGE} FROM usage_totals WHERE backend = {{p}} AND tasks > 0"
+#: the stats' usage rows: (kind, key, `USAGE_COLUMNS`) of the totals: every model
+TOTAL_USAGE = (
+    f"SELECT kind, key, {_USAGE} FROM usage_totals WHERE backend = {{p}} AND kind = 'model' "
+    "AND tasks > 0"
+)
+_TOKENS = " + ".join(USAGE_COLUMNS[:-1])
+#: the same, the top N (the last argument) of one kind (``parent`` or ``tree``) in `rank`
+#: order: a top-N sort over the kind's rows, never a list of them all ({c}: the store's
+#: code-point collation of `key`)
+TOP_USAGE = (
+    f"SELECT kind, key, {_USAGE} FROM usage_totals WHERE backend = {{p}} AND kind = {{p}} "
+    f"AND tasks > 0 ORDER BY cost DESC, {_TOKENS} DESC, key{{c}} LIMIT {{p}}"
+)
+#: how many parents and trees have tasks: (kind, count) rows
+KEY_COUNTS = (
+    "SELECT kind, count(*) FROM usage_totals WHERE backend = {p} "
+    "AND kind IN ('parent', 'tree') AND tasks > 0 GROUP BY kind"
+)
 #: the same, of one parent's tasks (backend and parent given three times)
 PARENT_USAGE = (
     f"SELECT 'parent', parent_session_id, {_SUMS} FROM tasks WHERE backend = {{p}} "
@@ -456,10 +473,12 @@ def stats_from(
     tools: Sequence[Sequence[Any]],
     durations: DurationSummary,
     usage: Sequence[Sequence[Any]],
+    top: int,
+    keys: Sequence[Sequence[Any]] | None = None,
 ) -> TaskStats:
     """The stats from `TOTAL_COUNTS` (or `PARENT_COUNTS`) rows, (tool, calls) rows and
-    `TOTAL_USAGE` (or `PARENT_USAGE`) rows. The usage sums are validated as one document (a
-    service may have thousands of parents: one model each would cost more than the query)."""
+    `TOTAL_USAGE` and `TOP_USAGE` (or `PARENT_USAGE`) rows, with the `top` first parents and
+    trees; `keys`, the `KEY_COUNTS` rows (None: count the usage rows' parents and trees)."""
     by_status = {s.value: 0 for s in TaskStatus}
     by_agent: dict[str, int] = {}
     agent_usage: dict[str, list[Any]] = {}
@@ -488,10 +507,18 @@ def stats_from(
             "total": _usage_dict(all_usage),
             "by_agent": {k: _usage_dict(agent_usage[k]) for k in sorted(agent_usage)},
             "by_model": dict(sorted(groups["model"].items())),
-            "by_parent": dict(sorted(groups["parent"].items())),
-            "by_tree": dict(sorted(groups["tree"].items())),
+            "by_parent": groups["parent"],
+            "by_tree": groups["tree"],
         }
     )
+    found = {"parent": len(groups["parent"]), "tree": len(groups["tree"])}
+    if keys is not None:
+        found = {"parent": 0, "tree": 0} | {str(kind): int(n) for kind, n in keys}
+    # a top-N cut from SQL comes in this order already; sorting again orders by the rounded
+    # sums (as the in-memory store does) and cuts a parent's own rows
+    sums.by_parent = ranked(sums.by_parent, top)
+    sums.by_tree = ranked(sums.by_tree, top)
+    sums.parents, sums.trees = found["parent"], found["tree"]
     return TaskStats(
         tasks=total,
         by_status=by_status,

@@ -29,6 +29,7 @@ from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
     CLEARED_MEMORY_MS,
+    TOP_DEFAULT,
     DurationSummary,
     TaskChanges,
     TaskPage,
@@ -44,10 +45,12 @@ from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import (
     DERIVED_COLUMNS,
     INSERT_MODEL,
+    KEY_COUNTS,
     PARENT_COUNTS,
     PARENT_USAGE,
     REBUILD_TOTALS,
     TASK_MODELS_TABLE,
+    TOP_USAGE,
     TOTAL_COUNTS,
     TOTAL_USAGE,
     TOTALS_TABLES,
@@ -286,7 +289,7 @@ def _cleared(db: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> None:
     db.execute("DELETE FROM cleared WHERE cleared_at < ?", (now - CLEARED_MEMORY_MS,))
 
 
-def _parent_stats(db: sqlite3.Connection, backend: str, parent: str) -> TaskStats:
+def _parent_stats(db: sqlite3.Connection, backend: str, parent: str, top: int) -> TaskStats:
     """The stats of one parent's tasks (a few: read through the parent's indexes)."""
     args = (backend, parent)
     mine = "WHERE backend = ? AND parent_session_id = ?"
@@ -296,7 +299,8 @@ def _parent_stats(db: sqlite3.Connection, backend: str, parent: str) -> TaskStat
         f"SELECT duration_ms FROM tasks {mine} AND duration_ms IS NOT NULL", args
     ).fetchall()
     usage = db.execute(PARENT_USAGE.format(p="?"), args * 3).fetchall()
-    return stats_from(counts, tools.fetchall(), duration_summary([r[0] for r in durations]), usage)
+    summary = duration_summary([r[0] for r in durations])
+    return stats_from(counts, tools.fetchall(), summary, usage, top)
 
 
 def _exec(sql: str, *args: Any) -> Callable[[sqlite3.Connection], None]:
@@ -758,12 +762,14 @@ class SQLiteTaskStore:
 
         return await self._run("querying tasks", work)
 
-    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+    async def task_stats(
+        self, backend: str, parent_session_id: str | None = None, top: int = TOP_DEFAULT
+    ) -> TaskStats:
         if has_nul(backend, parent_session_id):
             return stats_of([])
         if parent_session_id is not None:
             return await self._run(
-                "counting tasks", lambda db: _parent_stats(db, backend, parent_session_id)
+                "counting tasks", lambda db: _parent_stats(db, backend, parent_session_id, top)
             )
 
         def work(db: sqlite3.Connection) -> TaskStats:
@@ -799,7 +805,10 @@ class SQLiteTaskStore:
                     max_ms=ranked(timed),
                 )
             usage = db.execute(TOTAL_USAGE.format(p="?"), (backend,)).fetchall()
-            return stats_from(counts, tools, durations, usage)
+            for kind in ("parent", "tree"):
+                usage += db.execute(TOP_USAGE.format(p="?", c=""), (backend, kind, top)).fetchall()
+            keys = db.execute(KEY_COUNTS.format(p="?"), (backend,)).fetchall()
+            return stats_from(counts, tools, durations, usage, top, keys)
 
         return await self._run("counting tasks", work)
 
