@@ -326,7 +326,7 @@ class PostgresTaskStore:
             task.owner,
             task.agent,
             task.model,
-            not task.fork_pending,
+            task.ready,
             task.id,
         )
 

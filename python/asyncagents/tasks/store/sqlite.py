@@ -319,7 +319,7 @@ class SQLiteTaskStore:
             task.owner,
             task.agent,
             task.model,
-            0 if task.fork_pending else 1,
+            1 if task.ready else 0,
             task.id,
         )
 
