@@ -408,12 +408,16 @@ class TaskManager:
         await self._keep_queue_bound(task)
         # listeners hear of it once, as it is after its first admission: running, or queued
         self._creating.add(task.id)
+        told = asyncio.Event()  # its preparation's changes come after ``task.created``
         if not task.ready:
-            self._start_preparing(task)
-        task = await self._admit_at_once(task)
-        if task.id in self._creating:
-            self._creating.discard(task.id)
-            self.recorder.changed(task, "task.created")
+            self._start_preparing(task, told)
+        try:
+            task = await self._admit_at_once(task)
+            if task.id in self._creating:
+                self._creating.discard(task.id)
+                self.recorder.changed(task, "task.created")
+        finally:
+            told.set()
         # admitted by a pass that ran meanwhile: the task as that pass left it
         return self._created.pop(task.id, task)
 
@@ -713,15 +717,17 @@ class TaskManager:
             self.admitter.poke()
         return task
 
-    def _start_preparing(self, task: Task) -> None:
+    def _start_preparing(self, task: Task, after: asyncio.Event | None = None) -> None:
         """Create a new task's session, then build and inject its fork's context (if it is a
         fork), now, in the background; it is admitted once that is done. A graceful close
         waits for it as for a prompt being sent (a session created then recorded)."""
-        job = self.launches.spawn(self._prepare(task))
+        job = self.launches.spawn(self._prepare(task, after))
         self._preparing[task.id] = job
         job.add_done_callback(lambda _: self._preparing.pop(task.id, None))
 
-    async def _prepare(self, task: Task) -> None:
+    async def _prepare(self, task: Task, after: asyncio.Event | None) -> None:
+        if after is not None:
+            await after.wait()
         if await self.launcher.prepare(task) is not None:
             self.admitter.poke()
 
