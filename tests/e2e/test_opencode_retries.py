@@ -13,6 +13,7 @@ from asyncagents.tasks.tools import run_tool
 from e2e_support import AGENT, SMALL_MODEL, manager_config, until
 from fake_model import FakeModel
 from parent_notices import notices_in, texts
+from polling import session_of
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ async def test_when_opencode_gives_up_our_try_again_finishes_it(
     assert final is not None and final.status is TaskStatus.COMPLETED, final
     assert final.tries == [None, None]
     assert fake_model.rate_limited[prompt] == 8
-    assert task.session_id is not None
+    task.session_id = await session_of(retrying, task.id)
     messages = await backend.messages(task.session_id)
     assert _users(messages) == [prompt, prompt]
     errors = [m["info"]["error"] for m in messages if m["info"].get("error")]
@@ -119,7 +120,7 @@ async def test_a_non_retryable_400_ends_the_task_at_once(
     task = await retrying.task(parent, "[fake:fail400] rejected", AGENT, "bad request")
     out = await retrying.output(task.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.ERROR and out.task.tries == []
-    assert task.session_id is not None
+    task.session_id = await session_of(retrying, task.id)
     assert _users(await backend.messages(task.session_id)) == ["[fake:fail400] rejected"]
 
 

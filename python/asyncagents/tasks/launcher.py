@@ -161,19 +161,21 @@ class Launcher:
         """Make a stored task ready to be admitted: create its child session if none is
         recorded, then prepare its fork; the task as it is then (not re-read after a fork), or
         None if it failed (the task then ended in error) or ended meanwhile."""
+        fresh = False
         if task.session_id is None:
             created = await self.create_session(task)
             if created is None:
                 return None
-            task = created
-        if task.fork_pending and not await self.prepare_fork(task):
+            task, fresh = created
+        if task.fork_pending and not await self.prepare_fork(task, fresh=fresh):
             return None
         return task
 
-    async def create_session(self, task: Task) -> Task | None:
+    async def create_session(self, task: Task) -> tuple[Task, bool] | None:
         """Create a new task's child session and record it, with the message ids chosen in it;
-        the task as recorded, or None if the creation failed (the task then ended in error with
-        the reason, and its parent is told) or the task ended meanwhile.
+        the task as recorded, and whether the session is the one this call created (else
+        another manager's, recorded first); None if the creation failed (the task then ended
+        in error with the reason, and its parent is told) or the task ended meanwhile.
 
         Once per task: the record is a compare-and-set on a task with no session. A manager
         that loses the race (two took the task in turn: a takeover while its first owner still
@@ -199,7 +201,7 @@ class Launcher:
         recorded = session_created(mine.session_id, mine.context_message_id, mine.prompt_message_id)
         out = await self._recorder.apply(task.id, recorded, "task.updated", background=True)
         if out is not None:
-            return out[0]
+            return out[0], True
         # another manager recorded its session first, or the task ended or was cleared
         # meanwhile, or the store failed (the task then waits for its next owner)
         await self.drop_session(mine.session_id)
@@ -210,7 +212,7 @@ class Launcher:
             return None
         if current is None or not current.status.pending or current.session_id is None:
             return None
-        return current
+        return current, False
 
     async def drop_session(self, session_id: str) -> None:
         """Delete a session no task uses; a failure is logged (it stays, empty)."""
@@ -219,18 +221,19 @@ class Launcher:
         except BackendError as exc:
             log.warning("could not delete session %s: %s", session_id, exc)
 
-    async def prepare_fork(self, task: Task) -> bool:
+    async def prepare_fork(self, task: Task, *, fresh: bool = False) -> bool:
         """Build a forked task's context from its parent's messages now, inject it into the
         child session, and record that the task may start; False if that failed (the task then
         ended in error) or the task no longer waits for it.
 
         A manager that takes the task over from one that died before recording it runs this
         again: a context already in the child session (its chosen message id) is not sent again.
+        A session this call's caller has just created (`fresh`) holds nothing: it is not read.
         """
         assert task.session_id is not None
         step = "fork: reading the child's messages"
         try:
-            messages = await self._backend.messages(task.session_id)
+            messages = [] if fresh else await self._backend.messages(task.session_id)
             present = [str((m.get("info") or {}).get("id", "")) for m in messages]
             stats: dict[str, Any] | None = None
             after: str | None = None

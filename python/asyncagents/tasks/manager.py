@@ -818,7 +818,10 @@ class TaskManager:
                 current = await self.store.get(task.id)
         except StoreError as exc:
             await self.watcher.finish(
-                task.id, task.turn, TaskStatus.ERROR, error=f"fork: reading the task failed: {exc}"
+                task.id,
+                task.turn,
+                TaskStatus.ERROR,
+                error=f"preparing the task: reading it from the store failed: {exc}",
             )
             return None
         if (
