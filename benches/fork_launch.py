@@ -217,6 +217,39 @@ async def launches(
     return out[1:]
 
 
+async def inprocess_launches(count: int, store: Path, pause: float = 0.0) -> list[float]:
+    """`task()` in ms, `count` plain launches one after another (each waited for until its
+    child ended, then `pause` s), on the in-process backend: the manager and its SQLite store
+    alone, with no server process sharing the machine's cores."""
+    from asyncagents.tasks import InProcessBackend
+    from tasks_script import Script  # the tests' scripted replies
+
+    backend = InProcessBackend(Script())
+    parent = str((await backend.create_session(title="parent"))["id"])
+    manager = TaskManager(
+        backend,
+        SQLiteTaskStore(store),
+        TaskManagerConfig(notify_parent=False, wake="never", max_running=10_000),
+    )
+    await manager.start()
+    out: list[float] = []
+    try:
+        for _ in range(count + 1):
+            called = time.perf_counter()
+            task = await manager.task(parent, "go", "build", "bench")
+            out.append((time.perf_counter() - called) * 1e3)
+
+            async def ended(task_id: str = task.id) -> bool:
+                current = await manager.store.get(task_id)
+                return current is not None and not current.status.pending
+
+            await until(ended)
+            await asyncio.sleep(pause)
+    finally:
+        await manager.aclose()
+    return out[1:]
+
+
 def stages(marks: Marks) -> dict[str, float]:
     """The spans of one forked launch, in ms."""
     spans = {
@@ -340,6 +373,16 @@ def main(argv: list[str] | None = None) -> None:
                 f"- {label}: median {statistics.median(values):.1f} ms,"
                 f" p99 {percentile(values, 0.99):.1f} ms, max {max(values):.1f} ms"
                 f" ({len(values)} launches)"
+            )
+        for pause in (0.0, 0.2):
+            alone = asyncio.run(
+                inprocess_launches(args.plain, root / f"inprocess-{pause}.sqlite3", pause)
+            )
+            print(
+                f"- `task()` plain on the in-process backend (no server process), each"
+                f" {pause * 1e3:.0f} ms after the previous child ended:"
+                f" median {statistics.median(alone):.1f} ms, p99 {percentile(alone, 0.99):.1f} ms,"
+                f" max {max(alone):.1f} ms ({len(alone)} launches)"
             )
         print()
         print("\n".join(read_apart(server.base_url, parent, rounds=3)))
