@@ -22,7 +22,12 @@ from ..config import ForkConfig
 from .backend import JSON, PromptRequest, SessionBackend
 from .catalog import ModelCatalog, split_model
 from .config import TaskManagerConfig
-from .errors import BackendAuthError, BackendError, BackendUnavailableError
+from .errors import (
+    BackendAuthError,
+    BackendError,
+    BackendProtocolError,
+    BackendUnavailableError,
+)
 from .fork_budget import fork_config, preamble_config
 from .models import Task, TaskStatus, message_id_after, now_ms
 from .recorder import Recorder
@@ -59,7 +64,8 @@ def default_fork_builder(raw: bytes, config: ForkConfig | None = None) -> ForkCo
 
 def created_ms(session: JSON) -> int:
     """When the server created a session (its clock, which its message ids follow)."""
-    created = (session.get("time") or {}).get("created")
+    times = session.get("time")
+    created = times.get("created") if isinstance(times, dict) else None
     return created if isinstance(created, int) and created > 0 else now_ms()
 
 
@@ -76,10 +82,16 @@ def session_title(task: Task) -> str:
 def with_session(task: Task, session: JSON) -> Task:
     """`task` in its new child `session`, with the message ids chosen for its fork context and
     its prompt (sorting from the session's creation, before anything the server adds later)."""
+    session_id = session.get("id") if isinstance(session, dict) else None
+    if not isinstance(session_id, str) or not session_id:
+        raise BackendProtocolError(
+            "the session server's answer to creating a session has no session id: "
+            f"{str(session)[:200]}"
+        )
     context_id = message_id_after(None, created_ms(session), new_token())
     return task.model_copy(
         update={
-            "session_id": str(session["id"]),
+            "session_id": session_id,
             "context_message_id": context_id,
             "prompt_message_id": message_id_after(context_id, 0, new_token()),
         }
@@ -184,7 +196,7 @@ class Launcher:
         owner creates another.
         """
         try:
-            session = await self.new_session(task)
+            mine = with_session(task, await self.new_session(task))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -196,7 +208,6 @@ class Launcher:
                 error=f"creating the child session failed: {exc}",
             )
             return None
-        mine = with_session(task, session)
         assert mine.session_id and mine.context_message_id and mine.prompt_message_id
         recorded = session_created(mine.session_id, mine.context_message_id, mine.prompt_message_id)
         out = await self._recorder.apply(task.id, recorded, "task.updated", background=True)
