@@ -27,7 +27,8 @@ Both have ``url``, ``add_fault(...)``, ``clear_faults()``, ``fault_stats()`` and
 
 The default responder (`TagResponder`) replies ``"Reply to: <prompt>"`` and reads tags in the
 prompt: ``[tool]`` records a bash step, ``[fail]`` ends the turn with a provider error,
-``[sleep:S]`` waits S seconds, ``[hold]`` waits until ``release()``.
+``[sleep:S]`` waits S seconds, ``[hold]`` waits until ``release()``, ``[429:N]`` fails the first
+N tries of the prompt in its session with a rate limit (HTTP 429, retryable).
 
 Faults (`FaultKind`) answer requests whose path matches a regular expression (`re.match`, so a
 plain prefix works) instead of the real API, for `count` requests or `seconds` after being
@@ -99,10 +100,22 @@ def not_found_body(session_id: str) -> JSON:
 # --- the default responder ------------------------------------------------------------------
 
 
+def _tries(turn: InProcessTurn) -> int:
+    """How many times this turn's prompt was sent in its session (this time included)."""
+    return sum(
+        1
+        for m in turn.history
+        if m["info"]["role"] == "user"
+        and "".join(str(p.get("text", "")) for p in m["parts"]) == turn.prompt
+    )
+
+
 class TagResponder:
-    """Replies by tags in the prompt: ``[tool]``, ``[fail]``, ``[sleep:S]``, ``[hold]``."""
+    """Replies by tags in the prompt: ``[tool]``, ``[fail]``, ``[sleep:S]``, ``[hold]``, and
+    ``[429:N]`` (the first N tries of the prompt in its session fail with HTTP 429)."""
 
     _SLEEP = re.compile(r"\[sleep:([0-9.]+)\]")
+    _RATE_LIMITED = re.compile(r"\[429:([0-9]+)\]")
 
     def __init__(self) -> None:
         self._release: asyncio.Event | None = None
@@ -121,6 +134,9 @@ class TagResponder:
             raise ProviderError("Invalid request: rejected by the provider")
         for seconds in self._SLEEP.findall(turn.prompt):
             await asyncio.sleep(float(seconds))
+        fails = self._RATE_LIMITED.search(turn.prompt)
+        if fails and _tries(turn) <= int(fails.group(1)):
+            raise ProviderError("Rate limited: slow down", 429)
         if "[hold]" in turn.prompt and not self.released:
             if self._release is None:
                 self._release = asyncio.Event()

@@ -20,6 +20,7 @@ from . import __version__
 from .config import ForkConfig
 from .errors import ForkInputError
 from .fork import build_fork_context
+from .locations import DEFAULT_SERVICE_URL, default_token_path
 
 if TYPE_CHECKING:
     from .tasks import OpenCodeCredentials
@@ -104,9 +105,9 @@ def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     install.add_argument("dir", nargs="?", type=Path, default=Path("."), help="default: cwd")
     install.add_argument(
         "--service",
-        default="http://127.0.0.1:4097",
+        default=DEFAULT_SERVICE_URL,
         metavar="URL",
-        help="the asyncagents service, an http(s) URL (default http://127.0.0.1:4097)",
+        help=f"the asyncagents service, an http(s) URL (default {DEFAULT_SERVICE_URL})",
     )
     install.add_argument(
         "--opencode-version",
@@ -118,7 +119,7 @@ def _opencode_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .service.auth import TokenFileError, default_token_path, load_or_create_token
+    from .service.auth import TokenFileError, load_or_create_token
     from .service.server import serve
     from .service.settings import (
         SettingsError,
@@ -200,7 +201,6 @@ def _opencode_down(url: str, credentials: OpenCodeCredentials) -> str | None:
 
 def _opencode_install(args: argparse.Namespace) -> int:
     from .opencode import InstallError, install_plugin
-    from .service.auth import default_token_path
 
     try:
         done = install_plugin(

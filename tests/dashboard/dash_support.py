@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 class Script:
     """Replies by tags in the prompt: ``[tool]`` one bash step first, ``[hold:NAME]`` wait for
-    `release(NAME)`, ``[fail]`` a provider error."""
+    `release(NAME)`, ``[fail]`` a provider error, ``[429]`` a rate limit on the first try."""
 
     def __init__(self) -> None:
         self._gates: dict[str, asyncio.Event] = {}
@@ -64,6 +64,10 @@ class Script:
             await turn.tool("read", {"filePath": "README.md"}, "# asyncagents")
         for name in re.findall(r"\[hold:(\w+)\]", turn.prompt):
             await self.gate(name).wait()
+        if "[429]" in turn.prompt and not any(
+            m["info"]["role"] == "assistant" and m["info"].get("error") for m in turn.history
+        ):
+            raise ProviderError("Rate limited: slow down", 429)
         if "[fail]" in turn.prompt:
             raise ProviderError("Invalid request: rejected by the provider")
         return "Done: " + turn.prompt

@@ -469,7 +469,8 @@ async def test_a_failing_store_is_503_and_its_message_stays_in_the_log(
     async def broken(*args: Any, **kwargs: Any) -> list[Task]:
         raise StoreError(f"{secret}: listing tasks failed: disk I/O error")
 
-    monkeypatch.setattr(manager.store, "list_tasks", broken)
+    monkeypatch.setattr(manager.store, "query_tasks", broken)
+    monkeypatch.setattr(manager.store, "task_stats", broken)
     for path in ("/v1/tasks", "/v1/stats"):
         caplog.clear()
         response = await client.get(path)
@@ -482,6 +483,63 @@ async def test_a_failing_store_is_503_and_its_message_stays_in_the_log(
         assert "db.internal" not in response.text
         assert f"{secret}: listing tasks failed: disk I/O error" in caplog.text
         assert f"GET {path}: the task store failed" in caplog.text
+
+
+# -- the document follows the routes ------------------------------------------------------------
+
+
+async def test_each_route_takes_exactly_the_query_parameters_documented(
+    client: httpx.AsyncClient, four: list[Task]
+) -> None:
+    doc = (await client.get("/v1/openapi.json")).json()
+    task_id = four[3].id
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            documented = [p["name"] for p in operation["parameters"] if p["in"] == "query"]
+            url = path.replace("{task_id}", task_id) + "?zz_unknown=1"
+            response = await client.request(method, url)
+            assert response.status_code == 400, url
+            taken = response.json()["detail"].split("this route takes ", 1)[1]
+            assert taken == (", ".join(documented) or "none"), path
+
+
+async def test_answers_have_the_fields_their_documented_schemas_list(
+    client: httpx.AsyncClient, four: list[Task]
+) -> None:
+    doc = (await client.get("/v1/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+
+    def fields(name: str) -> set[str]:
+        return set(schemas[name]["properties"])
+
+    def documented(path: str, method: str) -> str:
+        ref = doc["paths"][path][method]["responses"]["200"]["content"]["application/json"]
+        return str(ref["schema"]["$ref"]).rsplit("/", 1)[1]
+
+    done, running = four[0], four[3]
+    page = (await client.get("/v1/tasks?limit=2")).json()
+    assert documented("/v1/tasks", "get") == "TaskPage"
+    assert set(page) == fields("TaskPage")
+    assert all(set(t) == fields("Task") for t in page["tasks"])
+    detail = (await client.get(f"/v1/tasks/{done.id}")).json()
+    assert documented("/v1/tasks/{task_id}", "get") == "TaskDetail"
+    assert set(detail) == fields("TaskDetail") == fields("Task") | {"duration_ms", "parent_title"}
+    stats = (await client.get("/v1/stats")).json()
+    assert documented("/v1/stats", "get") == "Stats"
+    assert set(stats) == fields("Stats")
+    assert set(stats["tool_calls"]) == fields("ToolCalls")
+    assert set(stats["durations"]) == fields("DurationSummary")
+    talk = (await client.get(f"/v1/tasks/{done.id}/messages?full_session=true")).json()
+    assert documented("/v1/tasks/{task_id}/messages", "get") == "Conversation"
+    assert set(talk) == fields("Conversation")
+    assert all(set(m) == fields("MessageView") for m in talk["messages"])
+    parts = [p for m in talk["messages"] for p in m["parts"]]
+    assert parts and all(set(p) <= fields("MessagePart") for p in parts)
+    cancelled = (await client.post(f"/v1/tasks/{running.id}/cancel")).json()
+    assert documented("/v1/tasks/{task_id}/cancel", "post") == "Task"
+    assert set(cancelled) == fields("Task")
+    limit = next(p for p in doc["paths"]["/v1/tasks"]["get"]["parameters"] if p["name"] == "limit")
+    assert limit["schema"] == {"default": 100, "maximum": 500, "minimum": 1, "type": "integer"}
 
 
 def _usage(messages: int) -> dict[str, Any]:

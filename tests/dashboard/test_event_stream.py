@@ -23,7 +23,10 @@ from asyncagents.service.event_stream import (
     TooManySubscribersError,
 )
 from asyncagents.tasks import Task, TaskManager, TaskProgress, TaskStatus
+from asyncagents.tasks.models import now_ms
+from asyncagents.tasks.queries import TaskChanges
 from dash_support import TOKEN, FakeSource, Script, make_task
+from polling import until as wait_for
 from starlette.applications import Starlette
 from starlette.requests import Request
 
@@ -443,13 +446,13 @@ async def test_streams_opened_at_once_start_one_store_poll(
 ) -> None:
     api = DashboardApi(manager, token=TOKEN, poll_interval=0.05)
     app = Starlette(routes=api.routes)
-    read = api._all_tasks
+    read = api._read_changes
 
-    async def slow_read() -> list[Task]:  # a store read takes a while (a file, a server)
+    async def slow_read(since: int) -> TaskChanges:  # a store read takes a while
         await asyncio.sleep(0.01)
-        return await read()
+        return await read(since)
 
-    monkeypatch.setattr(api, "_all_tasks", slow_read)
+    monkeypatch.setattr(api, "_read_changes", slow_read)
 
     def request() -> Request:
         return Request(
@@ -477,6 +480,70 @@ async def test_streams_opened_at_once_start_one_store_poll(
     api.close()
     await asyncio.sleep(0.1)
     assert polls() == []
+
+
+async def test_the_poll_reads_other_writers_changes_and_clears_not_every_task(
+    manager: TaskManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes that bypass this manager (another process on the store) reach the stream through
+    `changed_since`; the store is never listed whole; the overlap of polls publishes each
+    change once."""
+    api = DashboardApi(manager, token=TOKEN, poll_interval=0.05)
+    store = manager.store
+    reads: list[int] = []
+    read = api._read_changes
+
+    async def counted(since: int) -> TaskChanges:
+        reads.append(since)
+        return await read(since)
+
+    async def never(*args: Any, **kw: Any) -> list[Task]:
+        raise AssertionError("the poll listed every task")
+
+    monkeypatch.setattr(api, "_read_changes", counted)
+    monkeypatch.setattr(store, "list_tasks", never)
+    old = make_task(1, status=TaskStatus.COMPLETED)  # changed long before the service began
+    old.backend = manager.backend_name
+    await store.insert(old)
+    app = Starlette(routes=api.routes)
+    await api.events(
+        Request(
+            {
+                "type": "http",
+                "method": "GET",
+                "path": "/v1/events",
+                "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
+                "query_string": b"",
+                "app": app,
+            }
+        )
+    )
+    await wait_for(lambda: len(reads) >= 2, 5, "two polls")
+    reader = Reader(api.hub, api.hub.subscribe(str(api.hub.last_id)))
+    elsewhere = make_task(2, updated_at=now_ms(), parent_session_id="ses_elsewhere")
+    elsewhere.backend = manager.backend_name
+    await store.insert(elsewhere)
+    assert (await reader.next())[1:] == ("task.created", (await reader_payload(api, elsewhere)))
+    done = elsewhere.model_copy(
+        update={"status": TaskStatus.COMPLETED, "result": "ok", "updated_at": now_ms() + 1}
+    )
+    assert await store.update(elsewhere.id, lambda t: (done, None)) is not None
+    event = await reader.next()
+    assert (event[1], event[2]["id"], event[2]["result"]) == ("task.completed", done.id, "ok")
+    await store.delete_parent("ses_elsewhere", backend=manager.backend_name)
+    assert (await reader.next())[1:] == ("task.cleared", {"id": done.id, "truncated": []})
+    polls = len(reads)
+    await wait_for(lambda: len(reads) >= polls + 3, 5, "three more polls")
+    with pytest.raises(TimeoutError):  # every change once, though the polls overlap
+        await reader.next(timeout=0.2)
+    assert all(since > old.updated_at for since in reads)  # old tasks are never read again
+    api.close()
+
+
+async def reader_payload(api: DashboardApi, task: Task) -> dict[str, Any]:
+    from asyncagents.service.event_stream import event_task_json
+
+    return event_task_json(api.hub.with_live_progress(task))
 
 
 #: 12 bytes as JSON (an escaped surrogate pair)

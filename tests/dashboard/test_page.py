@@ -199,9 +199,17 @@ def test_screenshot_with_every_status(browser: Browser, live: LiveService, schem
     elsewhere = live.call(
         live.manager.task(other, "Profile the tests [tool] [hold:other]", "general", "Profile")
     )
+    busy = [
+        launch(live, "Update the install docs [tool] [hold:docs]", "Install docs"),
+        launch(live, "Fix the flaky test [hold:flaky]", "Flaky test", agent="build"),
+    ]
+    # five running (the default max_running): the next one waits
+    queued = launch(live, "Bump the versions [hold:bump]", "Bump versions", agent="build")
     page = open_page(browser, live, scheme)
     log_in(page)
     for task, status in [
+        *((task, "running") for task in busy),
+        (queued, "queued"),
         (done, "completed"),
         (resumed, "resumed"),
         (failed, "error"),
@@ -369,3 +377,46 @@ def test_a_task_on_its_own_model_shows_the_model(browser: Browser, live: LiveSer
     page.click("#detail-close")
     row(page, plain).click()
     expect(fields).to_contain_text("Modelthe server's default")
+
+
+def test_a_queued_task_shows_and_starts_when_a_slot_frees(
+    browser: Browser, live: LiveService
+) -> None:
+    """Over `max_running` (5 by default) a task waits `queued`: shown, counted and filterable,
+    with no running time, and cancellable; it runs once a slot frees."""
+    held = [launch(live, f"Hold [hold:slot{i}]", f"Slot {i}") for i in range(5)]
+    waiting = launch(live, "Wait for a slot [hold:late]", "Waiting one")
+    assert waiting.status is TaskStatus.QUEUED
+    page = open_page(browser, live)
+    log_in(page)
+    badge = row(page, waiting).locator(".badge")
+    expect(badge).to_have_text("queued")
+    expect(row(page, waiting)).to_contain_text("Waiting one")
+    expect(row(page, waiting).locator(".dur")).to_have_text("")
+    expect(page.locator("#counts")).to_contain_text("6 tasks: 1 queued · 5 running")
+    # the status filter hides and shows it
+    page.locator('#status-filter input[value="queued"]').uncheck()
+    expect(row(page, waiting)).to_have_count(0)
+    page.locator('#status-filter input[value="queued"]').check()
+    expect(badge).to_have_text("queued")
+    # a second queued task is cancelled from its detail, before it ever ran
+    dropped = launch(live, "Never mind [hold:never]", "Dropped one")
+    row(page, dropped).click()
+    expect(page.locator("#detail-status")).to_have_text("queued")
+    page.click("#cancel")
+    expect(page.locator("#cancel-msg")).to_have_text("Cancelled.")
+    expect(page.locator("#detail-status")).to_have_text("cancelled")
+    page.keyboard.press("Escape")
+    wait_status(live, dropped, TaskStatus.CANCELLED)
+    # a free slot admits the first
+    live.script.release("slot0")
+    wait_status(live, held[0], TaskStatus.COMPLETED)
+    expect(badge).to_have_text("running")
+    expect(page.locator("#counts")).to_contain_text(
+        "7 tasks: 0 queued · 5 running · 0 resumed · 1 completed"
+    )
+    for i in range(1, 5):
+        live.script.release(f"slot{i}")
+    live.script.release("late")
+    wait_status(live, waiting, TaskStatus.COMPLETED)
+    expect(badge).to_have_text("completed")

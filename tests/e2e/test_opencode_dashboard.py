@@ -60,6 +60,23 @@ async def test_the_page_follows_tasks_an_agent_starts(
             slow_row = page.locator(f'.row[data-id="{slow}"]')
             await expect(slow_row.locator(".badge")).to_have_text("running")
             await expect(page.locator(".parent")).to_contain_text(parent)
+            # the parent by the title OpenCode keeps for it (GET /session/{id}), its id beside
+            head = page.locator(f'.group[data-parent="{parent}"] .parent')
+            await expect(head.locator(".ptitle")).to_have_text("plugin parent")
+            await expect(head.locator(".pid")).to_have_text(parent)
+            await expect(page.locator("#cols span")).to_have_text(
+                [
+                    "Status",
+                    "Task",
+                    "Agent · model",
+                    "Description",
+                    "Created",
+                    "Time",
+                    "Tools",
+                    "Tokens",
+                    "Cost",
+                ]
+            )
 
             await say_to(
                 oc,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from asyncagents.tasks import OpenCodeBackend, TaskManager, TaskStatus
+from asyncagents.tasks import InMemoryTaskStore, OpenCodeBackend, TaskManager, TaskStatus
 from asyncagents.tasks.tools import run_tool
-from e2e_support import AGENT, SMALL_MODEL, say
+from e2e_support import AGENT, SMALL_MODEL, manager_config, say
 from fake_model import FakeModel
 from parent_notices import texts
 from polling import session_of
@@ -70,6 +70,21 @@ async def test_a_model_the_server_does_not_offer_is_refused(
         "or without model for the default."
     )
     assert await manager.list(parent) == []
+
+
+async def test_a_fallback_model_the_server_does_not_offer_is_refused(
+    backend: OpenCodeBackend, parent: str
+) -> None:
+    config = manager_config(fallback_models=(SMALL_MODEL, "fake/gpt"))
+    async with TaskManager(backend, InMemoryTaskStore(), config) as manager:
+        text = await run_tool(manager, parent, "asyncagents_task", {"prompt": "x", "agent": AGENT})
+        assert text == (
+            'Error: The task manager\'s config is wrong: fallback_models has "fake/gpt", which '
+            "is not offered by the OpenCode server. The models allowed are: fake/fake-model, "
+            "fake/fake-small. No new task starts until fallback_models is fixed in the "
+            "asyncagents config: tell the user."
+        )
+        assert await manager.list(parent) == []
 
 
 async def test_a_fork_to_a_small_model_fits_its_first_request(

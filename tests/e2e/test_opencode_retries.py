@@ -36,7 +36,7 @@ def _users(messages: list[dict[str, Any]]) -> list[str]:
 
 async def _ended(manager: TaskManager, task_id: str) -> bool:
     task = await manager.store.get(task_id)
-    return task is not None and not task.status.active
+    return task is not None and not task.status.pending
 
 
 async def _notices(backend: OpenCodeBackend, parent: str) -> list[str]:
@@ -166,3 +166,74 @@ async def test_done_when_a_chosen_model_survives_429s_and_a_follow_up_is_answere
 
 async def _count(backend: OpenCodeBackend, parent: str, n: int) -> bool:
     return len(await notices_in(backend, parent)) >= n
+
+
+async def test_a_try_again_waits_in_the_queue_and_the_cap_holds_meanwhile(
+    backend: OpenCodeBackend, parent: str, fake_model: FakeModel
+) -> None:
+    """``max_running=1`` and two tasks: the first one's turn ends on a 429 OpenCode gave up on,
+    so its try again gives up the slot and waits in the queue; the second task runs in that
+    slot, then the try again, never both (OpenCode's busy sessions sampled every 50 ms)."""
+    config = manager_config(
+        poll_interval=30.0,
+        notice_retry_initial=0.2,
+        retry_initial=0.5,
+        retry_max=0.5,
+        max_running=1,
+        admission_interval=60.0,
+    )
+    first = "[fake:429=8] waits for the slot"
+    second = "[fake:delay=3] runs meanwhile"
+    async with TaskManager(backend, InMemoryTaskStore(), config) as manager:
+        await asyncio.wait_for(manager.events.connected.wait(), 30)
+        a = await manager.task(parent, first, AGENT, "tried again")
+        b = await manager.task(parent, second, AGENT, "meanwhile")
+        assert (a.status, b.status) == (TaskStatus.RUNNING, TaskStatus.QUEUED)
+        sessions = {a.session_id, b.session_id}
+        most = 0
+        samples = 0
+        waiting: list[str] = []
+
+        async def sample() -> None:
+            nonlocal most, samples
+            while True:
+                busy = await backend.status()
+                most = max(most, len(sessions & set(busy)))
+                samples += 1
+                await asyncio.sleep(0.05)
+
+        async def a_waits() -> bool:
+            task = await manager.store.get(a.id)
+            if task is None or task.status is not TaskStatus.QUEUED:
+                return False
+            waiting.append(await run_tool(manager, parent, "asyncagents_output", {"task_id": a.id}))
+            return True
+
+        sampler = asyncio.get_running_loop().create_task(sample())
+        try:
+            await until(a_waits, 60, "the try again waiting in the queue")
+            await until(lambda: _ended(manager, a.id), 120, "the try again answered")
+            await until(lambda: _ended(manager, b.id), 60, "the other task")
+        finally:
+            sampler.cancel()
+        final_a, final_b = await manager.store.get(a.id), await manager.store.get(b.id)
+    assert final_a is not None and final_b is not None
+    assert final_a.status is TaskStatus.COMPLETED and final_a.tries == [None, None], final_a
+    assert final_b.status is TaskStatus.COMPLETED, final_b
+    assert fake_model.rate_limited[first] == 8
+    # the other task ran while the try again waited: it ended before the try was admitted
+    assert final_b.completed_at is not None and final_a.admitted_at is not None
+    assert final_b.admitted_at is not None and final_b.completed_at <= final_a.admitted_at
+    assert samples > 50 and most == 1
+    lines = waiting[0].splitlines()
+    assert lines[0] == f"Task `{a.id}` [queued] {AGENT}: tried again"
+    assert lines[1].startswith("Waiting in the queue: position 1 in the queue; ")
+    assert lines[2].startswith("Try 2 on the server's default model")
+    assert lines[2].endswith(", after a provider error: APIError: Rate limited: slow down")
+    assert lines[3:5] == [
+        "The next try starts by itself: continue with other work (you will get a notice), or "
+        "call asyncagents_output again with block=true to wait.",
+        "Usage: 0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00.",
+    ]
+    assert a.session_id is not None
+    assert _users(await backend.messages(a.session_id)) == [first, first]

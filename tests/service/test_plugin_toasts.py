@@ -237,6 +237,7 @@ async def test_each_turn_end_is_toasted_once_live_from_the_backlog_and_from_a_sn
     second = await service.next_stream()
     assert second.last_event_id == "16"
     await second.send(17, "task.error", task("tsk_2", "error"))
+    await second.send(18, "task.created", task("tsk_7", "queued"))
     await settle(plugin, 2)
     assert plugin.messages()[1:] == [toast("tsk_2", "failed")]
 
@@ -251,7 +252,7 @@ async def test_each_turn_end_is_toasted_once_live_from_the_backlog_and_from_a_sn
     assert await plugin.call("ses_b") == "ok"
     third = await service.next_stream(timeout=4)
     assert time.monotonic() - begin < 4
-    assert third.last_event_id == "17"
+    assert third.last_event_id == "18"
     # a restarted service cannot replay: a snapshot of every task instead
     await third.send(
         50,
@@ -265,17 +266,19 @@ async def test_each_turn_end_is_toasted_once_live_from_the_backlog_and_from_a_sn
                 task("tsk_4", "running", updated_at=1600),
                 task("tsk_5", "cancelled"),  # seen running before the drop
                 task("tsk_6", "completed", session="ses_b", updated_at=7000),
+                task("tsk_7", "cancelled"),  # seen queued before the drop
                 task("tsk_z", "completed", session="ses_z", updated_at=9000),
             ],
             "now_ms": 10_000,
         },
     )
-    await settle(plugin, 6)
+    await settle(plugin, 7)
     assert plugin.messages()[2:] == [
         toast("tsk_1", "completed"),
         toast("tsk_3", "failed"),
         toast("tsk_5", "was cancelled"),
         toast("tsk_6", "completed"),
+        toast("tsk_7", "was cancelled"),
     ]
     # the same snapshot again, then the live end of tsk_4: nothing twice
     third.end()
@@ -283,8 +286,8 @@ async def test_each_turn_end_is_toasted_once_live_from_the_backlog_and_from_a_sn
     await fourth.send(60, "snapshot", {"tasks": [task("tsk_3", "error")], "now_ms": 11_000})
     await fourth.send(61, "task.completed", task("tsk_1", "completed", turn=2))
     await fourth.send(62, "task.completed", task("tsk_4", "completed"))
-    await settle(plugin, 7)
-    assert plugin.messages()[6:] == [toast("tsk_4", "completed")]
+    await settle(plugin, 8)
+    assert plugin.messages()[7:] == [toast("tsk_4", "completed")]
     assert plugin.toasts[0] == {
         "title": "asyncagents",
         "message": toast("tsk_1", "completed"),

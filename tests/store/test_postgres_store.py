@@ -41,7 +41,19 @@ async def test_open_creates_our_schema_once_and_reopens_it(pg_dsn: str) -> None:
     assert [t.id for t in await again.list_tasks()] == ["tsk_1"]  # first call opens it
     await again.close()
     tables = relations(pg_dsn, "asyncagents")
-    assert sorted(tables) == ["asyncagents_meta", "leases", "notices", "queue_turns", "tasks"]
+    assert sorted(tables) == [
+        "asyncagents_meta",
+        "cleared",
+        "leases",
+        "notices",
+        "queue_turns",
+        "task_counts",
+        "task_models",
+        "task_tools",
+        "tasks",
+        "tool_totals",
+        "usage_totals",
+    ]
     assert tables["asyncagents_meta"] == [("asyncagents-tasks", SCHEMA_VERSION)]
 
 
@@ -242,3 +254,105 @@ async def test_a_server_that_goes_away_raises_store_error_and_the_store_recovers
                 await asyncio.sleep(0.5)
         assert [t.id for t in await store.list_tasks()] == ["tsk_after", "tsk_before"]
         await store.close()
+
+
+async def test_a_version_1_schema_gets_the_query_columns_from_its_rows(pg_dsn: str) -> None:
+    """Version 1 -> 3 in place (through the admission queue's 2): the derived columns, tool rows
+    and search index are filled from each row's JSON, in the open's transaction."""
+    from asyncagents.tasks.models import TaskProgress, TaskStatus
+    from asyncagents.tasks.queries import TaskQuery
+    from asyncagents.tasks.store.postgres import _SCHEMA
+
+    done = make_task("tsk_done", status=TaskStatus.COMPLETED, created_at=1_000)
+    done.agent, done.result = "explore", "Found IT"
+    done.completed_at, done.updated_at = 1_250, 1_300
+    done.progress = TaskProgress(tool_calls=3, tools={"grep": 2, "read": 1})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA asyncagents")
+        conn.execute("SET search_path = asyncagents")
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute("INSERT INTO asyncagents_meta VALUES ('asyncagents-tasks', 1)")
+        conn.execute(
+            "INSERT INTO tasks (id, parent_session_id, status, created_at, data, backend) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            (done.id, done.parent_session_id, "completed", 1_000, done.model_dump_json(), "b1"),
+        )
+    store = PostgresTaskStore(pg_dsn)
+    page = await store.query_tasks(TaskQuery(backend="b1", text="found it"))
+    assert page.tasks == [done] and page.total == 1
+    stats = await store.task_stats("b1")
+    assert stats.by_agent == {"explore": 1}
+    assert stats.tool_calls == {"grep": 2, "read": 1}
+    assert stats.durations.max_ms == 250
+    await store.close()
+    assert relations(pg_dsn, "asyncagents")["asyncagents_meta"] == [
+        ("asyncagents-tasks", SCHEMA_VERSION)
+    ]
+    with psycopg.connect(pg_dsn) as conn:
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
+    assert "tasks_search" in indexes  # pg_trgm is installed on the test server
+
+
+async def test_a_version_2_schema_gets_the_query_columns_and_totals_and_keeps_its_queue(
+    pg_dsn: str,
+) -> None:
+    """Version 2 (the admission queue) -> 3: the queries' columns, the usage by model and the
+    running totals come from each row's JSON; queued tasks are counted and stay queued."""
+    from asyncagents.tasks.models import TaskStatus, TaskUsage
+    from asyncagents.tasks.queries import TaskQuery, UsageSums
+    from asyncagents.tasks.store.postgres import _MIGRATE_1_TO_2, _SCHEMA
+
+    used = TaskUsage(input_tokens=7, output_tokens=3, cost=0.25)
+    done = make_task("tsk_done", parent="ses_top", status=TaskStatus.COMPLETED, created_at=1_000)
+    done.agent, done.result, done.completed_at, done.updated_at = (
+        "explore",
+        "Found IT",
+        1_200,
+        1_300,
+    )
+    done.usage, done.usage_by_model = used, {"prov/m1": used}
+    waiting = make_task("tsk_wait", parent="ses_kid", status=TaskStatus.QUEUED, created_at=2_000)
+    waiting.root_session_id, waiting.depth, waiting.model = "ses_top", 2, "prov/m2"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA asyncagents")
+        conn.execute("SET search_path = asyncagents")
+        for statement in (*_SCHEMA, *_MIGRATE_1_TO_2):
+            conn.execute(statement)
+        conn.execute("INSERT INTO asyncagents_meta VALUES ('asyncagents-tasks', 2)")
+        for t in (done, waiting):
+            conn.execute(
+                "INSERT INTO tasks (id, parent_session_id, status, created_at, data, backend, "
+                "agent, model) VALUES (%s, %s, %s, %s, %s, 'b1', %s, %s)",
+                (t.id, t.parent_session_id, t.status.value, t.created_at, t.model_dump_json(),
+                 t.agent, t.model),
+            )  # fmt: skip
+        conn.execute(
+            "INSERT INTO tasks (id, parent_session_id, status, created_at, data, backend, agent) "
+            "VALUES ('tsk_broken', 'ses_top', 'queued', 3000, '{not json', 'b1', 'build')"
+        )
+    store = PostgresTaskStore(pg_dsn)
+    page = await store.query_tasks(TaskQuery(backend="b1", text="found it"))
+    assert page.tasks == [done] and page.total == 1 and page.usage == used
+    stats = await store.task_stats("b1")
+    assert stats.tasks == 3 and stats.by_status["queued"] == 2
+    assert stats.by_agent == {"build": 1, "explore": 1, "general": 1}
+    assert stats.usage == UsageSums(
+        total=used,
+        by_agent={"build": TaskUsage(), "explore": used, "general": TaskUsage()},
+        by_model={"prov/m1": used},
+        by_parent={"ses_kid": TaskUsage(), "ses_top": used},
+        by_tree={"ses_top": used},
+    )
+    view = await store.queue_view("b1")
+    assert sorted((e.id, e.agent, e.model, e.running) for e in view.entries) == [
+        ("tsk_broken", "build", None, False),
+        ("tsk_wait", "general", "prov/m2", False),
+    ]
+    await store.close()
+    tables = relations(pg_dsn, "asyncagents")
+    assert (
+        tables["asyncagents_meta"]
+        == [("asyncagents-tasks", SCHEMA_VERSION)]
+        == [("asyncagents-tasks", 3)]
+    )

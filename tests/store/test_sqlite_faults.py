@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from asyncagents.tasks import StoreError
-from asyncagents.tasks.models import Notice, NoticeKind, Task, TaskStatus, now_ms
+from asyncagents.tasks.models import Notice, NoticeKind, Task, TaskProgress, TaskStatus, now_ms
 from asyncagents.tasks.store import SQLiteTaskStore
 from asyncagents.tasks.store import sqlite as sqlite_module
 from asyncagents.tasks.store.sqlite import APPLICATION_ID, SCHEMA_VERSION
@@ -131,13 +131,13 @@ async def test_out_of_space_raises_store_error_loses_nothing_and_recovers(
         pytest.skip(f"{NO_MOUNT}; the file_size_limit case runs out of space instead")
     with ExitStack() as stack:
         where = (
-            stack.enter_context(tmpfs(tmp_path / "mnt", "512k"))
+            stack.enter_context(tmpfs(tmp_path / "mnt", "1m"))
             if fault == "full_tmpfs"
             else tmp_path
         )
         path = where / "tasks.db"
         filler = where / "filler"
-        filler.write_bytes(b"\0" * 128 * 1024)
+        filler.write_bytes(b"\0" * 256 * 1024)  # more than a write needs (about 100 KiB)
         store = SQLiteTaskStore(path)
         await store.open()
         stored: list[Task] = []
@@ -469,7 +469,7 @@ async def test_a_version_2_file_is_migrated_and_its_running_tasks_count_under_th
     }
     await store.close()
     with sqlite3.connect(path) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     check.close()
 
 
@@ -716,3 +716,127 @@ async def test_a_50_mb_prompt_does_not_stall_the_event_loop(tmp_path: Path) -> N
     assert min(n_insert, n_get, n_update) >= 3, (n_insert, n_get, n_update)
     assert max(gap_insert, gap_get, gap_update) < 2.0, (gap_insert, gap_get, gap_update)
     await store.close()
+
+
+async def test_a_version_2_file_gets_the_query_columns_from_its_rows(tmp_path: Path) -> None:
+    """Version 2 -> 4 (through the admission queue's 3): agent, updated_at, duration, search text
+    and tool names are filled from each row's JSON, so lists, searches and stats over old tasks
+    answer as over new ones."""
+    from asyncagents.tasks.queries import TaskQuery
+    from asyncagents.tasks.store.sqlite import _MIGRATE_1_TO_2, _V1_SCHEMA
+
+    path = tmp_path / "tasks.db"
+    done = make_task("tsk_done", status=TaskStatus.COMPLETED, created_at=1_000)
+    done.agent, done.result, done.completed_at, done.updated_at = (
+        "explore",
+        "Found IT",
+        1_250,
+        1_300,
+    )
+    done.progress = TaskProgress(tool_calls=3, tools={"grep": 2, "read": 1})
+    running = make_task("tsk_run", created_at=2_000)
+    db = sqlite3.connect(path, isolation_level=None)
+    for statement in (*_V1_SCHEMA, *_MIGRATE_1_TO_2):
+        db.execute(statement)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 2")
+    for t in (done, running):
+        db.execute(
+            "INSERT INTO tasks (id, parent_session_id, session_id, status, created_at, data, "
+            "backend, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                t.id,
+                t.parent_session_id,
+                None,
+                t.status.value,
+                t.created_at,
+                t.model_dump_json(),
+                t.backend,
+                t.owner,
+            ),
+        )
+    db.execute(
+        "INSERT INTO tasks (id, parent_session_id, status, created_at, data, backend) "
+        "VALUES ('tsk_broken', 'ses_parent', 'running', 3000, 'not json', 'b1')"
+    )
+    db.close()
+
+    store = SQLiteTaskStore(path)
+    page = await store.query_tasks(TaskQuery(backend="b1", text="found it"))
+    assert page.tasks == [done] and page.total == 1
+    by_update = await store.query_tasks(TaskQuery(backend="b1", sort="updated_at"))
+    assert [t.id for t in by_update.tasks] == [running.id, done.id]  # the broken row is skipped
+    assert by_update.total == 3  # but counted, as a row of the store
+    stats = await store.task_stats("b1")
+    assert stats.by_agent == {"": 1, "explore": 1, "general": 1}
+    assert stats.tool_calls == {"grep": 2, "read": 1}
+    assert stats.durations.count == 1 and stats.durations.max_ms == 250
+    await store.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    check.close()
+
+
+async def test_a_version_3_file_gets_the_query_columns_and_totals_and_keeps_its_queue(
+    tmp_path: Path,
+) -> None:
+    """Version 3 (the admission queue) -> 4: the queries' columns, the usage by model and the
+    running totals come from each row's JSON; queued tasks are counted, and stay in the queue
+    in their order with their agent and model."""
+    from asyncagents.tasks.models import TaskUsage
+    from asyncagents.tasks.queries import TaskQuery, UsageSums
+    from asyncagents.tasks.store.sqlite import _MIGRATE_1_TO_2, _MIGRATE_2_TO_3, _V1_SCHEMA
+
+    path = tmp_path / "tasks.db"
+    used = TaskUsage(input_tokens=7, output_tokens=3, cost=0.25)
+    done = make_task("tsk_done", parent="ses_top", status=TaskStatus.COMPLETED, created_at=1_000)
+    done.agent, done.result, done.completed_at, done.updated_at = (
+        "explore",
+        "Found IT",
+        1_200,
+        1_300,
+    )
+    done.usage, done.usage_by_model = used, {"prov/m1": used}
+    waiting = make_task("tsk_wait", parent="ses_kid", status=TaskStatus.QUEUED, created_at=2_000)
+    waiting.root_session_id, waiting.depth, waiting.model = "ses_top", 2, "prov/m2"
+    db = sqlite3.connect(path, isolation_level=None)
+    for statement in (*_V1_SCHEMA, *_MIGRATE_1_TO_2, *_MIGRATE_2_TO_3):
+        db.execute(statement)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 3")
+    for t in (done, waiting):
+        db.execute(
+            "INSERT INTO tasks (id, parent_session_id, session_id, status, created_at, data, "
+            "backend, owner, agent, model, ready) "
+            "VALUES (?, ?, NULL, ?, ?, ?, 'b1', NULL, ?, ?, 1)",
+            (t.id, t.parent_session_id, t.status.value, t.created_at, t.model_dump_json(),
+             t.agent, t.model),
+        )  # fmt: skip
+    db.execute(
+        "INSERT INTO tasks (id, parent_session_id, status, created_at, data, backend, agent) "
+        "VALUES ('tsk_broken', 'ses_top', 'queued', 3000, 'not json', 'b1', 'build')"
+    )
+    db.close()
+
+    store = SQLiteTaskStore(path)
+    page = await store.query_tasks(TaskQuery(backend="b1", text="found it"))
+    assert page.tasks == [done] and page.total == 1 and page.usage == used
+    stats = await store.task_stats("b1")
+    assert stats.tasks == 3 and stats.by_status["queued"] == 2
+    assert stats.by_agent == {"build": 1, "explore": 1, "general": 1}
+    assert stats.usage == UsageSums(
+        total=used,
+        by_agent={"build": TaskUsage(), "explore": used, "general": TaskUsage()},
+        by_model={"prov/m1": used},
+        by_parent={"ses_kid": TaskUsage(), "ses_top": used},
+        by_tree={"ses_top": used},
+    )
+    view = await store.queue_view("b1")
+    assert sorted((e.id, e.agent, e.model, e.running) for e in view.entries) == [
+        ("tsk_broken", "build", None, False),
+        ("tsk_wait", "general", "prov/m2", False),
+    ]
+    await store.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    check.close()

@@ -148,6 +148,41 @@ async def test_a_fork_being_prepared_waits_and_a_queued_follow_up_resumes(
     assert [t.id for t in await store.admit("b1", Caps(max_running=5), "m")] == ["tsk_fork"]
 
 
+async def test_a_try_again_is_not_admitted_before_its_backoff_ends_nor_blocks_the_others(
+    store: TaskStore,
+) -> None:
+    now = now_ms()
+    # a prompt that spells the field must not be taken for it (the record holds it escaped)
+    tricky = 'say "retry_at":1 and "retry_at":null'
+    await store.insert(
+        queued(
+            "tsk_retry",
+            created_at=1,
+            tries=[None, None],
+            retry_at=now + 1_500,
+            turn=2,
+            prompt=tricky,
+            last_prompt=tricky,
+        )
+    )
+    await store.insert(queued("tsk_next", created_at=2, prompt=tricky))
+    ended = make_task("tsk_ran", status=COMPLETED, created_at=3)
+    await store.insert(ended.model_copy(update={"retry_at": now + 9_000}))
+    view = await store.queue_view("b1")
+    assert {(e.id, e.not_before) for e in view.entries} == {
+        ("tsk_retry", now + 1_500),
+        ("tsk_next", None),
+    }
+    assert [t.id for t in await store.admit("b1", Caps(max_running=5), "m")] == ["tsk_next"]
+    assert await store.admit("b1", Caps(max_running=5), "m") == []
+    await asyncio.sleep(max(0.0, (now + 1_500 - now_ms()) / 1000) + 0.05)
+    (retry,) = await store.admit("b1", Caps(max_running=5), "m")
+    assert (retry.id, retry.status, retry.tries) == ("tsk_retry", RUNNING, [None, None])
+    # running, it no longer has a backoff to wait out (it counts under the caps)
+    running = {e.id: e for e in (await store.queue_view("b1")).entries}
+    assert running["tsk_retry"].running and running["tsk_retry"].not_before is None
+
+
 async def test_a_task_just_queued_by_another_manager_is_left_to_it_for_a_moment(
     store: TaskStore,
 ) -> None:
@@ -264,3 +299,41 @@ async def test_descendants_walk_the_tree_of_tasks(store: TaskStore) -> None:
     ]
     assert [t.id for t in await store.descendants("ses_c1")] == ["tsk_11", "tsk_111"]
     assert await store.descendants("ses_c111") == []
+
+
+async def test_admissions_and_deletes_keep_the_stats_equal_to_a_recount(store: TaskStore) -> None:
+    """The stores keep running totals with every write (admit, delete_queued, delete_parent
+    included): the stats always equal the same stats counted over every stored task."""
+    from asyncagents.tasks.models import TaskUsage
+    from asyncagents.tasks.queries import stats_of
+
+    async def recount() -> None:
+        assert await store.task_stats("b1") == stats_of(await store.list_tasks(backend="b1"))
+
+    used = TaskUsage(input_tokens=5, output_tokens=1, cost=0.125)
+    tasks = [
+        queued(
+            f"tsk_q{i}",
+            parent=f"ses_{i % 2}",
+            created_at=10 + i,
+            agent=("build", "explore")[i % 2],
+            model="m/one",
+            usage=used,
+            usage_by_model={"m/one": used},
+        )
+        for i in range(6)
+    ]
+    await insert_all(store, tasks)
+    await recount()
+    admitted = await store.admit("b1", Caps(max_running=4), "mgr_a")
+    assert len(admitted) == 4
+    stats = await store.task_stats("b1")
+    assert (stats.by_status["queued"], stats.by_status["running"]) == (2, 4)
+    await recount()
+    await end(store, admitted[0].id)
+    assert await store.delete_queued("tsk_q5") is not None
+    await recount()
+    await store.delete_parent("ses_0", backend="b1")
+    await recount()
+    after = await store.task_stats("b1")
+    assert after.tasks == 2 and after.usage.by_parent == {"ses_1": used + used}

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 from asyncagents.tasks import StoreError
-from asyncagents.tasks.models import Notice, Task, now_ms
+from asyncagents.tasks.models import Notice, Task, TaskProgress, TaskStatus, TaskUsage, now_ms
+from asyncagents.tasks.queries import (
+    DurationSummary,
+    TaskChanges,
+    TaskQuery,
+    TaskStats,
+    UsageSums,
+)
 from asyncagents.tasks.store import TaskStore
 from store_records import COMPLETED, RESUMED, RUNNING, make_notice, make_task
 
@@ -410,6 +417,243 @@ async def test_concurrent_claimers_never_get_the_same_notice(open_store: OpenSto
     assert await handles[1].notices() == []
 
 
+# --- queries: pages, search, stats, changes ---------------------------------------------------
+
+
+def _ended(task: Task, status: TaskStatus, took: int, **tools: int) -> Task:
+    task.status = status
+    task.completed_at = task.created_at + took
+    task.updated_at = task.completed_at
+    task.progress = TaskProgress(tool_calls=sum(tools.values()), tools=tools)
+    return task
+
+
+async def _query_ids(store: TaskStore, **kw: object) -> tuple[list[str], int | None]:
+    page = await store.query_tasks(TaskQuery(backend="b1", **kw))  # type: ignore[arg-type]
+    return [t.id for t in page.tasks], page.total
+
+
+async def test_query_tasks_filters_sorts_and_counts_in_the_store(store: TaskStore) -> None:
+    a = make_task("tsk_a", parent="p1", created_at=10)
+    a.description, a.agent = "Deploy the site", "build"
+    b = _ended(make_task("tsk_b", parent="p1", created_at=30), COMPLETED, 50)
+    b.result = "All TESTS pass: 100% (50_50)"
+    c = _ended(make_task("tsk_c", parent="p2", created_at=20), TaskStatus.ERROR, 5)
+    c.error = "Größe exceeded"
+    d = make_task("tsk_d", parent="p1", created_at=30)  # ties with b: the id decides
+    d.prompt = "Look for TODO notes"
+    a.updated_at, d.updated_at = 15, 35
+    other = make_task("tsk_e", backend="b2", created_at=40)
+    for t in (a, b, c, d, other):
+        await store.insert(t)
+
+    assert await _query_ids(store) == (["tsk_d", "tsk_b", "tsk_c", "tsk_a"], 4)
+    assert await _query_ids(store, descending=False) == (["tsk_a", "tsk_c", "tsk_b", "tsk_d"], 4)
+    assert await _query_ids(store, sort="updated_at") == (["tsk_b", "tsk_d", "tsk_c", "tsk_a"], 4)
+    assert await _query_ids(store, parent_session_id="p1") == (["tsk_d", "tsk_b", "tsk_a"], 3)
+    assert await _query_ids(store, statuses=frozenset({COMPLETED, TaskStatus.ERROR})) == (
+        ["tsk_b", "tsk_c"],
+        2,
+    )
+    assert await _query_ids(store, statuses=frozenset()) == ([], 0)
+    assert await _query_ids(store, agent="build") == (["tsk_a"], 1)
+    # the text: id, description, prompt, result, error; case-folded; LIKE's marks are plain
+    assert await _query_ids(store, text="deploy") == (["tsk_a"], 1)
+    assert await _query_ids(store, text="todo NOTES") == (["tsk_d"], 1)
+    assert await _query_ids(store, text="tests pass") == (["tsk_b"], 1)
+    assert await _query_ids(store, text="100%") == (["tsk_b"], 1)
+    assert await _query_ids(store, text="0_5") == (["tsk_b"], 1)
+    assert await _query_ids(store, text="%") == (["tsk_b"], 1)
+    assert await _query_ids(store, text="GRÖSSE") == (["tsk_c"], 1)
+    assert await _query_ids(store, text="tsk_c") == (["tsk_c"], 1)
+    assert await _query_ids(store, text="nothing like it") == ([], 0)
+    assert await _query_ids(store, text="TSK", parent_session_id="p1", limit=1) == (["tsk_d"], 3)
+    uncounted = await store.query_tasks(TaskQuery(backend="b1", count=False))
+    assert uncounted.total is None and len(uncounted.tasks) == 4
+    assert (await store.query_tasks(TaskQuery(backend="b1", text="deploy"))).tasks == [a]
+
+
+@pytest.mark.parametrize("sort", ["created_at", "updated_at"])
+@pytest.mark.parametrize("descending", [True, False])
+async def test_query_pages_cover_every_task_once_in_order(
+    store: TaskStore, sort: str, descending: bool
+) -> None:
+    made = []
+    for i in range(11):
+        task = make_task(f"tsk_{i:02d}", created_at=100 + i // 3)  # ties of three
+        task.updated_at = 500 - i // 2
+        made.append(task)
+        await store.insert(task)
+    key = (lambda t: t.created_at) if sort == "created_at" else (lambda t: t.updated_at)
+    expected = [t.id for t in sorted(made, key=lambda t: (key(t), t.id), reverse=descending)]
+    seen: list[str] = []
+    after = None
+    pages = 0
+    while True:
+        page = await store.query_tasks(
+            TaskQuery(backend="b1", sort=sort, descending=descending, limit=4, after=after)  # type: ignore[arg-type]
+        )
+        pages += 1
+        seen += [t.id for t in page.tasks]
+        assert page.total == 11
+        after = page.next_after
+        if after is None:
+            break
+        assert after == (key(page.tasks[-1]), page.tasks[-1].id)
+    assert seen == expected
+    assert pages == 3
+    exact = await store.query_tasks(TaskQuery(backend="b1", limit=11))
+    assert exact.next_after is None and len(exact.tasks) == 11
+
+
+def _u(tokens: int, cost: float) -> TaskUsage:
+    return TaskUsage(input_tokens=tokens, output_tokens=2 * tokens, cost=cost)
+
+
+def _used(task: Task, **by_model: TaskUsage) -> Task:
+    """`task` with this usage by model (``m_a`` is the model ``m/a``) and its sum."""
+    task.usage_by_model = {name.replace("_", "/"): u for name, u in by_model.items()}
+    task.usage = sum(by_model.values(), TaskUsage())
+    return task
+
+
+async def test_task_stats_counts_in_the_store(store: TaskStore) -> None:
+    empty = await store.task_stats("b1")
+    assert empty == TaskStats(
+        tasks=0,
+        by_status={s.value: 0 for s in TaskStatus},
+        by_agent={},
+        tool_calls={},
+        tools_unrecorded=0,
+        durations=DurationSummary(),
+        usage=UsageSums(),
+    )
+    tasks = [
+        _used(_ended(make_task(parent="p1"), COMPLETED, 10, bash=2, read=1), m_a=_u(10, 0.25)),
+        _used(
+            _ended(make_task(parent="p1"), COMPLETED, 40, read=3),
+            m_a=_u(5, 0.5),
+            m_b=_u(1, 0.125),
+        ),
+        _used(_ended(make_task(parent="p2"), TaskStatus.ERROR, 20), m_b=_u(100, 1.0)),
+        _ended(make_task(parent="p2"), TaskStatus.CANCELLED, 30, bash=1),
+        make_task(parent="p1"),  # running: no duration
+    ]
+    tasks[1].agent = "explore"
+    old = _ended(make_task(parent="p2"), COMPLETED, 70)
+    old.progress = TaskProgress(tool_calls=4)  # an older version kept no names
+    tasks.append(old)
+    # a task of p1's child session, waiting: in p1's tree, under its own parent
+    kid = make_task(parent="ses_kid", status=TaskStatus.QUEUED)
+    kid.root_session_id, kid.depth = "p1", 2
+    tasks.append(kid)
+    tasks.append(_used(_ended(make_task(backend="b2"), COMPLETED, 999, edit=9), m_a=_u(1000, 8.0)))
+    for t in tasks:
+        await store.insert(t)
+    stats = await store.task_stats("b1")
+    assert stats == TaskStats(
+        tasks=7,
+        by_status={
+            "queued": 1,
+            "running": 1,
+            "resumed": 0,
+            "completed": 3,
+            "error": 1,
+            "cancelled": 1,
+        },
+        by_agent={"explore": 1, "general": 6},
+        tool_calls={"read": 4, "bash": 3},
+        tools_unrecorded=1,
+        durations=DurationSummary(count=5, min_ms=10, median_ms=30, p95_ms=70, max_ms=70),
+        usage=UsageSums(
+            total=_u(116, 1.875),
+            by_agent={"explore": _u(6, 0.625), "general": _u(110, 1.25)},
+            by_model={"m/a": _u(15, 0.75), "m/b": _u(101, 1.125)},
+            by_parent={"p1": _u(16, 0.875), "p2": _u(100, 1.0), "ses_kid": _u(0, 0.0)},
+            by_tree={"p1": _u(16, 0.875), "p2": _u(100, 1.0)},
+        ),
+    )
+    p1 = await store.task_stats("b1", "p1")
+    assert p1.tasks == 3 and p1.tool_calls == {"read": 4, "bash": 2}
+    assert p1.durations == DurationSummary(count=2, min_ms=10, median_ms=25.0, p95_ms=40, max_ms=40)
+    assert p1.usage == UsageSums(
+        total=_u(16, 0.875),
+        by_agent={"explore": _u(6, 0.625), "general": _u(10, 0.25)},
+        by_model={"m/a": _u(15, 0.75), "m/b": _u(1, 0.125)},
+        by_parent={"p1": _u(16, 0.875)},
+        by_tree={"p1": _u(16, 0.875)},
+    )
+    # a page's usage: every match's, on every page
+    page = await store.query_tasks(TaskQuery(backend="b1", limit=1))
+    assert page.total == 7 and page.usage == _u(116, 1.875)
+    done = await store.query_tasks(TaskQuery(backend="b1", statuses=frozenset({COMPLETED})))
+    assert done.total == 3 and done.usage == _u(16, 0.875)
+    mine = await store.query_tasks(TaskQuery(backend="b1", parent_session_id="p2", text="task"))
+    assert mine.total == 3 and mine.usage == _u(100, 1.0)
+    # a later turn's tools replace the earlier ones; a cleared parent's are gone
+    out = await store.update(
+        tasks[0].id,
+        lambda t: (t.model_copy(update={"progress": TaskProgress(tools={"grep": 1})}), None),
+    )
+    assert out is not None
+    assert (await store.task_stats("b1", "p1")).tool_calls == {"read": 3, "grep": 1}
+    await store.delete_parent("p1", backend="b1")
+    after = await store.task_stats("b1")
+    assert after.tasks == 4 and after.tool_calls == {"bash": 1}
+    assert (await store.task_stats("b2")).tool_calls == {"edit": 9}
+    assert after.usage == UsageSums(
+        total=_u(100, 1.0),
+        by_agent={"general": _u(100, 1.0)},
+        by_model={"m/b": _u(100, 1.0)},
+        by_parent={"p2": _u(100, 1.0), "ses_kid": _u(0, 0.0)},
+        by_tree={"p1": _u(0, 0.0), "p2": _u(100, 1.0)},
+    )
+    # usage that grows moves every sum; a queued task deleted leaves them
+    out = await store.update(
+        tasks[2].id, lambda t: (_used(t, m_b=_u(150, 1.5), m_c=_u(7, 0.0)), None)
+    )
+    assert out is not None
+    assert await store.delete_queued(kid.id) is not None
+    after = await store.task_stats("b1")
+    assert after.usage == UsageSums(
+        total=_u(157, 1.5),
+        by_agent={"general": _u(157, 1.5)},
+        by_model={"m/b": _u(150, 1.5), "m/c": _u(7, 0.0)},
+        by_parent={"p2": _u(157, 1.5)},
+        by_tree={"p2": _u(157, 1.5)},
+    )
+    assert after.by_status["queued"] == 0 and after.tasks == 3
+
+
+async def test_changed_since_reads_recent_writes_and_clears(store: TaskStore) -> None:
+    old = make_task(parent="p1")
+    old.updated_at = 1_000
+    new = make_task(parent="p2")
+    new.updated_at = now_ms()
+    other = make_task(parent="p2", backend="b2")
+    other.updated_at = now_ms()
+    for t in (old, new, other):
+        await store.insert(t)
+    mark = now_ms() - 60_000
+    changes = await store.changed_since("b1", mark)
+    assert changes == TaskChanges(tasks=[new], cleared=[])
+    assert [t.id for t in (await store.changed_since("b1", 0)).tasks] == [old.id, new.id]
+
+    def touch(t: Task) -> tuple[Task, None]:
+        t.updated_at = new.updated_at + 5
+        return t, None
+
+    assert await store.update(old.id, touch) is not None
+    assert [t.id for t in (await store.changed_since("b1", mark)).tasks] == [new.id, old.id]
+    before_clear = now_ms()
+    await store.delete_parent("p2", backend="b1")
+    changes = await store.changed_since("b1", before_clear)
+    assert changes.cleared == [new.id]
+    assert new.id not in [t.id for t in changes.tasks]
+    assert (await store.changed_since("b2", before_clear)).cleared == []
+    assert (await store.changed_since("b1", now_ms() + 60_000)).cleared == []
+
+
 # --- keys holding NUL ----------------------------------------------------------------------------
 
 
@@ -434,3 +678,50 @@ async def test_a_key_holding_nul_matches_nothing_on_every_store(store: TaskStore
     # nothing was changed or lost
     assert await store.get(task.id) == task
     assert [n.task_id for n in await store.notices()] == [task.id]
+
+
+async def test_queries_with_nul_match_nothing_and_texts_with_nul_are_stored(
+    store: TaskStore,
+) -> None:
+    odd = make_task("tsk_nul", parent="p1")
+    odd.agent, odd.prompt = "bu\x00ild", "find the \x00 marker"
+    await store.insert(odd)
+    assert (await store.get(odd.id)) == odd  # the record itself is kept as it was
+    assert await _query_ids(store, text="marker") == (["tsk_nul"], 1)
+    for kw in ({"text": "\x00"}, {"agent": "bu\x00ild"}, {"parent_session_id": "p\x00"}):
+        assert await _query_ids(store, **kw) == ([], 0)
+    assert (await store.task_stats("b1")).by_agent == {"bu\ufffdild": 1}
+    assert (await store.task_stats("b\x00")).tasks == 0
+    assert (await store.changed_since("b\x00", 0)).tasks == []
+
+
+async def test_running_totals_match_a_recount_after_concurrent_changes(
+    open_store: OpenStore,
+) -> None:
+    """The stats without a parent come from totals kept with each write; after concurrent
+    updates (each one moving a task between statuses and tools) and a clear, they equal a
+    count over the tasks themselves."""
+    from asyncagents.tasks.queries import stats_of
+
+    one, two = await open_store(), await open_store()
+    tasks = [make_task(f"tsk_t{i:02d}", parent=f"p{i % 3}") for i in range(12)]
+    for t in tasks:
+        await one.insert(t)
+    ends = [COMPLETED, TaskStatus.ERROR, TaskStatus.CANCELLED]
+
+    def end(i: int, round_: int):  # type: ignore[no-untyped-def]
+        def mutate(t: Task) -> tuple[Task, None]:
+            _ended(t, ends[(i + round_) % 3], 10 * i + round_, **{f"tool{round_ % 2}": i})
+            t.agent = ("general", "explore")[(i + round_) % 2]
+            return t, None
+
+        return mutate
+
+    for round_ in range(3):
+        await asyncio.gather(
+            *((one if i % 2 else two).update(t.id, end(i, round_)) for i, t in enumerate(tasks))
+        )
+    await two.delete_parent("p1", backend="b1")
+    stats = await one.task_stats("b1")
+    assert stats == stats_of(await one.list_tasks(backend="b1"))
+    assert stats.tasks == 8 and sum(stats.tool_calls.values()) > 0

@@ -156,3 +156,22 @@ def test_place_and_blockers_of_a_queued_task() -> None:
     assert [e.id for e in fair_order(entries, {"pa": 5})] == ["q2", "q1"]
     # a key after every key given before, even from a clock behind
     assert turn_keys(1, 2, {"pa": 5_000}) == [5_001, 5_002]
+
+
+def test_a_try_whose_backoff_is_not_over_is_skipped_without_blocking_the_others() -> None:
+    entries = [
+        Entry("r1", "pa", "build", None, created_at=0, running=True),
+        # the oldest queued task of its parent, waiting out its backoff until t=1000
+        Entry("q1", "pa", "build", None, created_at=1, running=False, not_before=1_000),
+        Entry("q2", "pa", "build", None, created_at=2, running=False),
+        Entry("q3", "pb", "build", None, created_at=3, running=False, not_before=500),
+    ]
+    caps = Caps(max_running=3)
+    assert [e.id for e in plan(entries, {}, caps, 10, now=400)] == ["q2"]
+    assert [e.id for e in plan(entries, {}, caps, 10, now=999)] == ["q2", "q3"]
+    # once it is over, it is first in its parent's line again (two slots left)
+    assert [e.id for e in plan(entries, {}, caps, 10, now=1_000)] == ["q1", "q3"]
+    # without a clock (a place in line), it stands first in its parent's queue
+    assert [e.id for e in fair_order(entries, {})] == ["q1", "q3", "q2"]
+    place = place_of("q1", entries, {}, caps)
+    assert place is not None and (place.position, place.blockers) == (1, ())

@@ -99,7 +99,7 @@ def _ntc(text: str) -> str:
 async def _final(manager: TaskManager, task_id: str) -> None:
     async def ended() -> bool:
         task = await manager.store.get(task_id)
-        return task is not None and not task.status.active
+        return task is not None and not task.status.pending
 
     await until(ended, 10, "the task's end")
 
@@ -322,7 +322,7 @@ async def test_a_queued_follow_up_waits_for_the_try_again(store: TaskStore) -> N
 
         async def done() -> bool:
             current = await manager.store.get(task.id)
-            return current is not None and current.resume_count == 1 and not current.status.active
+            return current is not None and current.resume_count == 1 and not current.status.pending
 
         await until(done, 10, "the follow-up answered")
         final = await manager.store.get(task.id)

@@ -357,3 +357,65 @@ async def test_a_fork_whose_models_cannot_be_read_gets_the_default_budget(
         assert text == "Error: config/providers is down (test)"
     finally:
         await manager.close()
+
+
+@pytest.mark.parametrize(
+    ("fallbacks", "allowed", "expected"),
+    [
+        (
+            ("small/tiny", "big/gone"),
+            None,
+            'Error: The task manager\'s config is wrong: fallback_models has "big/gone", which '
+            "is not offered by the OpenCode server. The models allowed are: big/huge, "
+            "inprocess/inprocess, small/tiny. No new task starts until fallback_models is fixed "
+            "in the asyncagents config: tell the user.",
+        ),
+        (
+            ("big/huge",),
+            ("inprocess/inprocess", "small/tiny"),
+            'Error: The task manager\'s config is wrong: fallback_models has "big/huge", which '
+            "is not in this task manager's allowed_models. The models allowed are: "
+            "inprocess/inprocess, small/tiny. No new task starts until fallback_models is fixed "
+            "in the asyncagents config: tell the user.",
+        ),
+        (
+            ("tiny",),
+            None,
+            'Error: The task manager\'s config is wrong: fallback_models has "tiny", which is '
+            "not written as provider/model. The models allowed are: big/huge, "
+            "inprocess/inprocess, small/tiny. No new task starts until fallback_models is fixed "
+            "in the asyncagents config: tell the user.",
+        ),
+    ],
+)
+async def test_fallback_models_are_checked_against_the_servers_models(
+    models_backend: _CountingBackend,
+    store: TaskStore,
+    fallbacks: tuple[str, ...],
+    allowed: tuple[str, ...] | None,
+    expected: str,
+) -> None:
+    manager = await _manager(
+        models_backend, store, fallback_models=fallbacks, allowed_models=allowed
+    )
+    try:
+        parent = str((await models_backend.create_session(title="p"))["id"])
+        text = await run_tool(manager, parent, "asyncagents_task", {"prompt": "x", "agent": "a"})
+        assert text == expected
+        assert await manager.list(parent) == []
+        assert len(models_backend.session_ids()) == 1  # no child session was made
+    finally:
+        await manager.close()
+
+
+async def test_fallback_models_the_server_offers_let_tasks_start(
+    models_backend: _CountingBackend, store: TaskStore
+) -> None:
+    manager = await _manager(models_backend, store, fallback_models=("small/tiny", "big/huge"))
+    try:
+        parent = str((await models_backend.create_session(title="p"))["id"])
+        task = await manager.task(parent, "x", "a", "fine")
+        out = await manager.output(task.id, block=True, timeout=5)
+        assert out.task.status is TaskStatus.COMPLETED
+    finally:
+        await manager.close()

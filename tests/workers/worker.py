@@ -11,7 +11,8 @@ Run from the repository root, with the package installed::
 The store is ``--sqlite PATH`` or ``--postgres DSN``; the manager's knobs (`TaskManagerConfig`)
 come from the other options (the admission caps: ``--max-running``, ``--max-running-per-parent``,
 ``--max-queued-per-parent``, ``--max-running-per-agent JSON``, ``--max-running-per-model JSON``,
-``--model provider/model``; by default no cap binds). With ``--launch N`` the worker launches N
+``--model provider/model``; by default no cap binds; tries again after a provider error:
+``--attempts``, ``--retry-initial``, ``--retry-max``). With ``--launch N`` the worker launches N
 tasks at start (spread over ``--parents`` in turn); without, it only follows (takes over what
 dead workers of its backend left). It also reads commands from stdin, one JSON object per line:
 
@@ -108,6 +109,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-running-per-model", type=json.loads, default={}, metavar="JSON")
     parser.add_argument("--admission-interval", type=float, default=1.0)
     parser.add_argument("--model", default=None, help="provider/model of the children")
+    # tries again after a provider error
+    parser.add_argument("--attempts", type=int, default=3)
+    parser.add_argument("--retry-initial", type=float, default=30.0)
+    parser.add_argument("--retry-max", type=float, default=300.0)
     args = parser.parse_args(argv)
     if args.launch and not args.parents:
         parser.error("--launch needs --parents")
@@ -141,6 +146,9 @@ def make_config(args: argparse.Namespace) -> TaskManagerConfig:
         max_running_per_agent=args.max_running_per_agent,
         max_running_per_model=args.max_running_per_model,
         admission_interval=args.admission_interval,
+        attempts=args.attempts,
+        retry_initial=args.retry_initial,
+        retry_max=args.retry_max,
         model=dict(zip(("providerID", "modelID"), args.model.split("/", 1), strict=True))
         if args.model
         else None,

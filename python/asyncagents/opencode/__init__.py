@@ -1,7 +1,7 @@
 """The OpenCode side of asyncagents: the plugin that offers the five tools, and its installer."""
 
+from ..locations import DEFAULT_SERVICE_URL
 from .install import (
-    DEFAULT_SERVICE_URL,
     OPENCODE_VERSION,
     Installed,
     InstallError,

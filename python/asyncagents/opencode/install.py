@@ -30,7 +30,6 @@ from ..tasks.tools import TOOLS
 #: the OpenCode version the plugin was checked against; the default pin when none is found
 OPENCODE_VERSION = "1.18.33"
 PLUGIN_PACKAGE = "@opencode-ai/plugin"
-DEFAULT_SERVICE_URL = "http://127.0.0.1:4097"
 PLUGIN_FILE = "asyncagents.js"
 #: how long the plugin waits for the service (a blocking output adds its own timeout)
 CALL_TIMEOUT_MS = 30_000

@@ -164,7 +164,7 @@ const TOAST_KINDS = {
   "task.cancelled": ["warning", "was cancelled"],
 }
 const STATUS_KINDS = { completed: "task.completed", error: "task.error", cancelled: "task.cancelled" }
-const ACTIVE = new Set(["running", "resumed"])
+const ACTIVE = new Set(["queued", "running", "resumed"])
 const TOAST_MAX_EVENT_BYTES = 8 * 1024 * 1024
 /** how many tasks the plugin remembers (the oldest are forgotten first) */
 const TOAST_MEMORY = 10000

@@ -1,7 +1,8 @@
 """``asyncagents serve``: the task manager as an HTTP service for the OpenCode plugin."""
 
+from ..locations import default_token_path, state_dir
 from .app import HEALTH_PATH, begin_drain, create_app
-from .auth import TokenFileError, default_token_path, load_or_create_token, state_dir
+from .auth import TokenFileError, load_or_create_token
 from .server import build_manager, serve
 from .settings import ServeSettings, Settings, SettingsError
 from .state import ServiceState

@@ -7,31 +7,31 @@ missing or wrong token, 404 an unknown task, 409 a cancel of a task that has end
 session server that failed, 503 a full event stream or a store that failed (its own message,
 which may name its file or DSN, goes to the service's log only). A task in a path is named by its
 full id on every route (the agent tools, not this API, take unique id prefixes).
+
+Each route is declared once (`Operation`): its query model parses the parameters, its answer
+model is what it returns, and the OpenAPI document (``/v1/openapi.json``) is generated from these
+declarations. The routes read and act only through `TaskManager`'s public methods.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import json
 import logging
-import math
-import statistics
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from ..tasks import conversation
+from ..tasks import conversation, queries
 from ..tasks.backend import JSON
 from ..tasks.errors import (
     BackendError,
@@ -40,13 +40,33 @@ from ..tasks.errors import (
     TaskNotFoundError,
     TaskNotRunningError,
     TaskRequestError,
+    UnknownMessageError,
 )
 from ..tasks.manager import TaskManager
-from ..tasks.models import Task, TaskStatus, TaskUsage
-from .api_schema import OPENAPI
-from .auth import token_matches
+from ..tasks.models import Task as StoredTask
+from ..tasks.models import TaskUsage
+from .auth import UNAUTHORIZED, require_token
 from .connections import abort_connection
-from .event_stream import EventHub, Subscription, TooManySubscribersError, task_json
+from .errors import ApiError, bad_param
+from .event_stream import EventHub, Subscription, TooManySubscribersError
+from .models import (
+    Conversation,
+    Cursor,
+    MessagesQuery,
+    MessageView,
+    NoQuery,
+    Query,
+    Stats,
+    StatsQuery,
+    Task,
+    TaskDetail,
+    TaskListQuery,
+    TaskPage,
+    ToolCalls,
+)
+from .openapi import Operation, openapi_document
+
+__all__ = ["UNAUTHORIZED", "ApiError", "DashboardApi", "duration_summary"]
 
 STATIC_DIR = Path(__file__).with_name("static")
 
@@ -61,167 +81,44 @@ PAGE_HEADERS = {
     "Cache-Control": "no-cache",
 }
 
-SORTS = ("-created_at", "created_at", "-updated_at", "updated_at")
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 500
 #: the longest text of one message part the messages route returns (the rest is cut)
 MAX_PART_CHARS = 20_000
-#: concurrent message reads for the stats' tool counts
-STATS_CONCURRENCY = 8
+#: the most tasks a new event stream's snapshot reads (the most recently changed ones); the
+#: list route pages through all of them
+SNAPSHOT_LIMIT = 500
+#: how far back each store poll reaches before the previous one began (ms): writers on other
+#: hosts stamp `updated_at` with their own clocks, and a write commits a little after its stamp
+POLL_OVERLAP_MS = 5_000
 
 log = logging.getLogger(__name__)
 
 #: the detail of a 503 when the store failed (its own message goes to the service's log)
 STORE_FAILED = "The task store failed; the service's log has the details. Try again shortly."
 
-UNAUTHORIZED = (
-    "Send the service token as `Authorization: Bearer <token>`; it is in the token file that "
-    "`asyncagents serve` printed at start."
+TITLE = "asyncagents task API"
+DESCRIPTION = (
+    "Background tasks of the asyncagents service, their live events and statistics. Every "
+    "route needs `Authorization: Bearer <token>` (the service's token file)."
+)
+EVENTS_DESCRIPTION = (
+    "Each event has an increasing integer `id`; its `data` is the task's JSON, at most 64 KiB "
+    "per event, its texts cut as needed and the cut fields named in `truncated` (the snapshot: "
+    "`{tasks, heartbeat_ms, now_ms, omitted}`, the most recently changed tasks that fit in "
+    "4 MiB, each at most 16 KiB; `omitted` counts the others). Send `Last-Event-ID` to resume "
+    "after a reconnect; a fresh snapshot comes when that id is too old or not an id. Comment "
+    "lines are heartbeats. A client too slow to read is disconnected."
 )
 
 
-class ApiError(Exception):
-    """An error answer: HTTP status, a short code and a sentence for a person."""
-
-    def __init__(self, status: int, error: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.error = error
-        self.detail = detail
-
-    def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse(
-            {"error": self.error, "detail": self.detail}, self.status, headers=headers
-        )
+def answer(model: BaseModel, *, exclude_unset: bool = False) -> Response:
+    """A model as the JSON answer."""
+    return Response(
+        model.__pydantic_serializer__.to_json(model, exclude_unset=exclude_unset),
+        media_type="application/json",
+    )
 
 
-def bad_param(name: str, detail: str) -> ApiError:
-    """A 400 naming the query parameter."""
-    return ApiError(400, "bad_request", f"query parameter {name!r}: {detail}")
-
-
-# -- query parsing ----------------------------------------------------------------------------
-
-
-def _only(request: Request, allowed: Sequence[str]) -> dict[str, str]:
-    """The query parameters, each given at most once, none unknown."""
-    params = request.query_params
-    for key in params:
-        if key not in allowed:
-            raise bad_param(key, f"unknown; this route takes {', '.join(allowed) or 'none'}")
-        if len(params.getlist(key)) > 1:
-            raise bad_param(key, "given more than once")
-    return {k: params[k] for k in params}
-
-
-def _int_param(params: dict[str, str], name: str, default: int | None, lo: int, hi: int) -> int:
-    raw = params.get(name)
-    if raw is None or raw == "":
-        if default is None:
-            raise bad_param(name, "required")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise bad_param(name, f"{raw!r} is not an integer") from None
-    if not lo <= value <= hi:
-        raise bad_param(name, f"{value} is out of range {lo}..{hi}")
-    return value
-
-
-def _bool_param(params: dict[str, str], name: str) -> bool:
-    raw = params.get(name, "").strip().lower()
-    if raw in ("", "false", "0", "no"):
-        return False
-    if raw in ("true", "1", "yes"):
-        return True
-    raise bad_param(name, f"{params[name]!r} is not a boolean (true or false)")
-
-
-def _statuses(params: dict[str, str]) -> set[TaskStatus] | None:
-    raw = params.get("status")
-    if not raw:
-        return None
-    out: set[TaskStatus] = set()
-    for item in raw.split(","):
-        try:
-            out.add(TaskStatus(item.strip()))
-        except ValueError:
-            known = ", ".join(s.value for s in TaskStatus)
-            raise bad_param("status", f"{item.strip()!r} is not one of {known}") from None
-    return out
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """Where a page ended: the sort, and the last task's sort key and id."""
-
-    sort: str
-    key: int
-    id: str
-
-    def encode(self) -> str:
-        raw = json.dumps([self.sort, self.key, self.id], separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str, sort: str) -> Cursor:
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            s, key, task_id = json.loads(raw)
-            if not (isinstance(s, str) and isinstance(key, int) and isinstance(task_id, str)):
-                raise ValueError
-        except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, RecursionError):
-            raise bad_param("cursor", "not a cursor this service returned") from None
-        if s != sort:
-            raise bad_param("cursor", f"made for sort={s}, not sort={sort}")
-        return cls(s, key, task_id)
-
-
-def _sort_key(task: Task, field: str) -> int:
-    return task.updated_at if field == "updated_at" else task.created_at
-
-
-def page_tasks(
-    tasks: Sequence[Task], *, sort: str, limit: int, cursor: Cursor | None
-) -> tuple[list[Task], Cursor | None]:
-    """One page of `tasks` in `sort` order after `cursor` (keyset: stable under inserts)."""
-    field = sort.lstrip("-")
-    descending = sort.startswith("-")
-    ordered = sorted(tasks, key=lambda t: (_sort_key(t, field), t.id), reverse=descending)
-    if cursor is not None:
-        mark = (cursor.key, cursor.id)
-
-        def after(t: Task) -> bool:
-            key = (_sort_key(t, field), t.id)
-            return key < mark if descending else key > mark
-
-        ordered = [t for t in ordered if after(t)]
-    page = ordered[:limit]
-    more = len(ordered) > limit
-    last = page[-1] if page else None
-    next_cursor = Cursor(sort, _sort_key(last, field), last.id) if more and last else None
-    return page, next_cursor
-
-
-def matches_text(task: Task, needle: str) -> bool:
-    """`q`: a case-insensitive substring of the description or the prompt."""
-    folded = needle.casefold()
-    return folded in task.description.casefold() or folded in task.prompt.casefold()
-
-
-# -- task views -------------------------------------------------------------------------------
-
-
-def turn_duration_ms(task: Task) -> int | None:
-    """How long the task's last turn ran (launch: since creation; resume: since its start)."""
-    if task.completed_at is None or task.status.active:
-        return None
-    start = task.created_at
-    if task.resume_count > 0 and task.turn_started_at is not None:
-        start = task.turn_started_at
-    return max(0, task.completed_at - start)
+# -- views --------------------------------------------------------------------------------------
 
 
 def _clip(text: Any) -> tuple[str, bool]:
@@ -271,85 +168,18 @@ def message_view(message: JSON) -> JSON:
     }
 
 
-def select_messages(
-    messages: list[JSON],
-    task: Task,
-    *,
-    full_session: bool,
-    since_message_id: str | None,
-    message_limit: int | None,
-) -> list[JSON]:
-    """The output tool's filters: the current turn (or the whole session), after a message id,
-    the newest `message_limit`."""
-    if not full_session and task.turn_after_message_id is not None:
-        ids = [str((m.get("info") or {}).get("id")) for m in messages]
-        if task.turn_after_message_id in ids:
-            messages = messages[ids.index(task.turn_after_message_id) + 1 :]
-    try:
-        return conversation.select_messages(
-            messages, since_message_id=since_message_id, message_limit=message_limit
-        )
-    except TaskRequestError:
-        raise bad_param(
-            "since_message_id", f"{since_message_id!r} is not in the conversation"
-        ) from None
+def add_usage(total: TaskUsage, plus: TaskUsage, minus: TaskUsage) -> TaskUsage:
+    """`total` + `plus` - `minus`, field by field (a live usage in place of a stored one)."""
+    values = {
+        name: getattr(total, name) + getattr(plus, name) - getattr(minus, name)
+        for name in TaskUsage.model_fields
+    }
+    return queries.summed_usage(**values)
 
 
-def percentile(sorted_values: Sequence[int], fraction: float) -> int:
-    """Nearest-rank percentile of an ascending, non-empty sequence."""
-    rank = max(1, math.ceil(fraction * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
-def duration_summary(durations: Sequence[int]) -> JSON:
+def duration_summary(durations: list[int]) -> JSON:
     """min, median, p95, max (ms) of ended turns; nulls when none ended."""
-    values = sorted(durations)
-    if not values:
-        return {"count": 0, "min_ms": None, "median_ms": None, "p95_ms": None, "max_ms": None}
-    return {
-        "count": len(values),
-        "min_ms": values[0],
-        "median_ms": statistics.median(values),
-        "p95_ms": percentile(values, 0.95),
-        "max_ms": values[-1],
-    }
-
-
-def usage_sums(tasks: Sequence[Task]) -> JSON:
-    """Tokens and cost of `tasks`: in all, and by agent, model, parent session and tree."""
-    total = TaskUsage()
-    groups: dict[str, dict[str, TaskUsage]] = {
-        "by_agent": {},
-        "by_model": {},
-        "by_parent": {},
-        "by_tree": {},
-    }
-
-    def add(group: str, key: str, usage: TaskUsage) -> None:
-        sums = groups[group]
-        sums[key] = sums.get(key, TaskUsage()) + usage
-
-    for task in tasks:
-        total = total + task.usage
-        add("by_agent", task.agent, task.usage)
-        add("by_parent", task.parent_session_id, task.usage)
-        add("by_tree", task.tree_id, task.usage)
-        for model, usage in task.usage_by_model.items():
-            add("by_model", model, usage)
-    out: JSON = {"total": total.model_dump(mode="json")}
-    for group, sums in groups.items():
-        out[group] = {k: sums[k].model_dump(mode="json") for k in sorted(sums)}
-    return out
-
-
-def count_tools(messages: list[JSON]) -> Counter[str]:
-    """Tool calls by name in a conversation."""
-    counts: Counter[str] = Counter()
-    for message in messages:
-        for part in message.get("parts") or []:
-            if part.get("type") == "tool":
-                counts[str(part.get("tool") or "unknown")] += 1
-    return counts
+    return queries.duration_summary(durations).model_dump()
 
 
 class EventStreamResponse(StreamingResponse):
@@ -390,7 +220,7 @@ class EventStreamResponse(StreamingResponse):
 
 # -- the routes -------------------------------------------------------------------------------
 
-Endpoint = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request, Any], Awaitable[Response]]
 
 
 class DashboardApi:
@@ -420,23 +250,116 @@ class DashboardApi:
         self.hub = hub or EventHub()
         #: set when the service stops: the event streams end, new ones get 503
         self.closing = closing or asyncio.Event()
-        #: how often the store is compared with what the hub published (None: never); it
-        #: catches changes no listener reports (other processes sharing the store)
+        #: how often the store is read for changes no listener reports (other processes
+        #: sharing the store); None: never
         self.poll_interval = poll_interval
         self._poller: asyncio.Task[None] | None = None
+        #: where the next store poll starts reading changes (ms, this host's clock)
+        self._poll_from = 0
         self.hub.attach(manager)
-        #: (task id, turn, updated_at) -> tool counts of an ended turn (they no longer change)
-        self._tool_counts: dict[tuple[str, int, int], Counter[str]] = {}
+        self.operations: list[tuple[Operation, Handler]] = [
+            (
+                Operation(
+                    "GET",
+                    "/v1/tasks",
+                    "List tasks (newest first by default), one page at a time.",
+                    query=TaskListQuery,
+                    answer=TaskPage,
+                    answer_description="A page of tasks.",
+                    errors={400: "", 503: "The task store failed."},
+                ),
+                self.list_tasks,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/tasks/{task_id}",
+                    "One task, with its progress, fork stats and last turn's duration.",
+                    answer=TaskDetail,
+                    answer_description="The task.",
+                    errors={400: "", 404: "", 503: "The task store failed."},
+                ),
+                self.get_task,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/tasks/{task_id}/messages",
+                    "The child session's messages, chosen as the output tool chooses them.",
+                    query=MessagesQuery,
+                    answer=Conversation,
+                    answer_description="The chosen messages, oldest first.",
+                    errors={
+                        400: "",
+                        404: "No such task, or its child session no longer exists.",
+                        502: "",
+                        503: "The task store failed.",
+                    },
+                ),
+                self.messages,
+            ),
+            (
+                Operation(
+                    "POST",
+                    "/v1/tasks/{task_id}/cancel",
+                    "Cancel a queued or running (or resumed) task.",
+                    answer=Task,
+                    answer_description="The cancelled task.",
+                    errors={400: "", 404: "", 409: "", 503: "The task store failed."},
+                ),
+                self.cancel,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/stats",
+                    "Counts by status and agent, tool calls by name, last-turn durations.",
+                    query=StatsQuery,
+                    answer=Stats,
+                    answer_description="The counts.",
+                    errors={400: "", 503: "The task store failed."},
+                ),
+                self.stats,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/events",
+                    "Server-Sent Events: `snapshot`, then task.created, task.updated, "
+                    "task.completed, task.error, task.cancelled, task.resumed, task.cleared.",
+                    description=EVENTS_DESCRIPTION,
+                    media_type="text/event-stream",
+                    answer_schema={"type": "string"},
+                    answer_description="The event stream.",
+                    errors={400: "", 503: "Too many subscribers, or the service is stopping."},
+                    headers=(("Last-Event-ID", "The last event id received (a resume)."),),
+                ),
+                self.events,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/v1/openapi.json",
+                    "This document.",
+                    answer_description="The OpenAPI document.",
+                    errors={400: ""},
+                ),
+                self.openapi,
+            ),
+        ]
+        self.document = openapi_document(
+            [op for op, _ in self.operations],
+            title=TITLE,
+            version="1",
+            description=DESCRIPTION,
+        )
         self.routes: list[BaseRoute] = [
             Route("/", self.page, methods=["GET"], include_in_schema=False),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static"),
-            Route("/v1/tasks", self._api(self.list_tasks), methods=["GET"]),
-            Route("/v1/tasks/{task_id}", self._api(self.get_task), methods=["GET"]),
-            Route("/v1/tasks/{task_id}/messages", self._api(self.messages), methods=["GET"]),
-            Route("/v1/tasks/{task_id}/cancel", self._api(self.cancel), methods=["POST"]),
-            Route("/v1/stats", self._api(self.stats), methods=["GET"]),
-            Route("/v1/events", self._api(self.events), methods=["GET"]),
-            Route("/v1/openapi.json", self._api(self.openapi), methods=["GET"]),
+            *(
+                Route(op.path, self._endpoint(op, handler), methods=[op.method])
+                for op, handler in self.operations
+            ),
         ]
 
     def close(self) -> None:
@@ -448,13 +371,17 @@ class DashboardApi:
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def _api(self, endpoint: Endpoint) -> Endpoint:
-        """Check the token, turn `ApiError` into its JSON answer."""
+    def _endpoint(
+        self, op: Operation, handler: Handler
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """The route: the token (checked here too, so the routes stay guarded wherever they
+        are mounted), the query as `op.query`, the handler; `ApiError` as its answer."""
+        query_model: type[Query] = op.query
 
-        async def guarded(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:
             try:
-                self._authorize(request)
-                return await endpoint(request)
+                require_token(request.headers.get("authorization"), self.token)
+                return await handler(request, query_model.parse(request))
             except ApiError as exc:
                 return exc.response()
             except StoreError:
@@ -462,26 +389,22 @@ class DashboardApi:
                 log.exception("%s %s: the task store failed", request.method, request.url.path)
                 return ApiError(503, "store_unavailable", STORE_FAILED).response()
 
-        guarded.__name__ = endpoint.__name__
-        guarded.__doc__ = endpoint.__doc__
-        return guarded
+        endpoint.__name__ = handler.__name__
+        endpoint.__doc__ = handler.__doc__
+        return endpoint
 
-    def _authorize(self, request: Request) -> None:
-        # the service's middleware checks first; this keeps the routes safe wherever mounted
-        if not token_matches(request.headers.get("authorization"), self.token):
-            raise ApiError(401, "unauthorized", UNAUTHORIZED)
+    async def _snapshot(self) -> list[StoredTask]:
+        page = await self.manager.query_tasks(sort="updated_at", limit=SNAPSHOT_LIMIT, count=False)
+        return page.tasks
 
-    async def _all_tasks(self) -> list[Task]:
-        return await self.manager.store.list_tasks(backend=self.manager.backend_name)
-
-    async def _task(self, request: Request) -> Task:
+    async def _task(self, request: Request) -> StoredTask:
         """The task the path names, by its full id (every route: no prefixes, so a call never
         acts on another task than the one it names); 404 if it is not one of this backend's."""
         task_id = request.path_params["task_id"]
-        task = await self.manager.store.get(task_id)
-        if task is None or task.backend != self.manager.backend_name:
-            raise ApiError(404, "not_found", f"no task {task_id!r}")
-        return task
+        try:
+            return await self.manager.get_task(task_id, prefix=False)
+        except TaskNotFoundError:
+            raise ApiError(404, "not_found", f"no task {task_id!r}") from None
 
     # -- endpoints -----------------------------------------------------------------------------
 
@@ -489,89 +412,94 @@ class DashboardApi:
         """The dashboard page."""
         return FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
 
-    async def list_tasks(self, request: Request) -> Response:
+    async def list_tasks(self, request: Request, query: TaskListQuery) -> Response:
         """Tasks matching the filters, one page of them, newest first by default."""
-        params = _only(request, ("parent", "status", "agent", "q", "sort", "limit", "cursor"))
-        sort = params.get("sort") or SORTS[0]
-        if sort not in SORTS:
-            raise bad_param("sort", f"{sort!r} is not one of {', '.join(SORTS)}")
-        limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        cursor = Cursor.decode(params["cursor"], sort) if params.get("cursor") else None
-        statuses = _statuses(params)
-        parent = params.get("parent") or None
-        agent = params.get("agent") or None
-        needle = params.get("q") or None
-        tasks = [
-            t
-            for t in await self._all_tasks()
-            if (parent is None or t.parent_session_id == parent)
-            and (statuses is None or t.status in statuses)
-            and (agent is None or t.agent == agent)
-            and (needle is None or matches_text(t, needle))
-        ]
-        page, next_cursor = page_tasks(tasks, sort=sort, limit=limit, cursor=cursor)
-        live = [self.hub.with_live_progress(t) for t in tasks]
-        total = TaskUsage()
-        for task in live:
-            total = total + task.usage
-        return JSONResponse(
-            {
-                "tasks": [task_json(self.hub.with_live_progress(t)) for t in page],
-                "total": len(tasks),
-                "usage": total.model_dump(mode="json"),
-                "next_cursor": next_cursor.encode() if next_cursor else None,
-            }
+        page = await self.manager.query_tasks(
+            parent_session_id=query.parent,
+            statuses=query.statuses,
+            agent=query.agent,
+            text=query.q,
+            sort=query.sort_field,
+            descending=query.sort.startswith("-"),
+            limit=query.limit,
+            after=query.after,
+        )
+        last = page.next_after
+        usage = page.usage or TaskUsage()
+        for stored, live in await self._live_tasks():
+            if queries.matches(
+                stored,
+                queries.TaskQuery(
+                    backend=stored.backend,
+                    parent_session_id=query.parent,
+                    statuses=None if query.statuses is None else frozenset(query.statuses),
+                    agent=query.agent,
+                    text=query.q,
+                ),
+            ):
+                usage = add_usage(usage, live.usage, stored.usage)
+        return answer(
+            TaskPage(
+                tasks=[Task.of(self.hub.with_live_progress(t)) for t in page.tasks],
+                total=page.total or 0,
+                usage=queries.summed_usage(**usage.model_dump()),
+                next_cursor=None
+                if last is None
+                else Cursor(sort=query.sort, key=last[0], id=last[1]).encode(),
+            )
         )
 
-    async def get_task(self, request: Request) -> Response:
+    async def get_task(self, request: Request, query: NoQuery) -> Response:
         """One task with its progress and fork stats."""
-        _only(request, ())
         task = self.hub.with_live_progress(await self._task(request))
-        out = task_json(task)
-        out["duration_ms"] = turn_duration_ms(task)
-        return JSONResponse(out)
-
-    async def messages(self, request: Request) -> Response:
-        """The child's conversation, filtered like the output tool's."""
-        params = _only(request, ("full_session", "since_message_id", "message_limit"))
-        full_session = _bool_param(params, "full_session")
-        since = params.get("since_message_id") or None
-        limit = (
-            _int_param(params, "message_limit", None, 0, 10_000)
-            if params.get("message_limit")
-            else None
+        return answer(
+            TaskDetail.model_validate(
+                {
+                    **task.__dict__,
+                    "duration_ms": queries.turn_duration_ms(task),
+                    # the page names a parent by its title (null: unknown now; it shows the id)
+                    "parent_title": await self.manager.session_title(task.parent_session_id),
+                }
+            )
         )
+
+    async def messages(self, request: Request, query: MessagesQuery) -> Response:
+        """The child's conversation, chosen as the output tool chooses it."""
         task = await self._task(request)
-        messages: list[JSON] = []
-        if task.session_id is not None:
-            try:
-                messages = await self.manager.backend.messages(task.session_id)
-            except SessionNotFoundError:
-                raise ApiError(
-                    404,
-                    "not_found",
-                    f"the child session {task.session_id} of task {task.id} no longer exists",
-                ) from None
-            except BackendError as exc:
-                raise ApiError(502, "backend_error", f"reading the conversation: {exc}") from exc
-        chosen = select_messages(
-            messages,
-            task,
-            full_session=full_session,
-            since_message_id=since,
-            message_limit=limit,
-        )
-        return JSONResponse(
-            {
-                "task_id": task.id,
-                "session_id": task.session_id,
-                "messages": [message_view(m) for m in chosen],
-            }
+        try:
+            read = await self.manager.read_messages(
+                task.id,
+                full_session=query.full_session,
+                since_message_id=query.since_message_id,
+                message_limit=query.message_limit,
+            )
+        except TaskNotFoundError:
+            raise ApiError(404, "not_found", f"no task {task.id!r}") from None
+        except UnknownMessageError:
+            raise bad_param(
+                "since_message_id", f"{query.since_message_id!r} is not in the conversation"
+            ) from None
+        except SessionNotFoundError:
+            raise ApiError(
+                404,
+                "not_found",
+                f"the child session {task.session_id} of task {task.id} no longer exists",
+            ) from None
+        except BackendError as exc:
+            raise ApiError(502, "backend_error", f"reading the conversation: {exc}") from exc
+        except TaskRequestError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
+        return answer(
+            Conversation(
+                task_id=read.task.id,
+                session_id=read.task.session_id,
+                messages=[MessageView.model_validate(message_view(m)) for m in read.messages],
+            ),
+            exclude_unset=True,
         )
 
-    async def cancel(self, request: Request) -> Response:
-        """Cancel a running (or resumed) task."""
-        _only(request, ())
+    async def cancel(self, request: Request, query: NoQuery) -> Response:
+        """Cancel a queued or running (or resumed) task."""
         task_id = (await self._task(request)).id
         try:
             task = await self.manager.cancel(task_id)
@@ -581,69 +509,76 @@ class DashboardApi:
             raise ApiError(409, "conflict", str(exc)) from None
         except TaskRequestError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
-        return JSONResponse(task_json(task))
+        return answer(Task.of(task))
 
-    async def stats(self, request: Request) -> Response:
+    async def stats(self, request: Request, query: StatsQuery) -> Response:
         """Counts by status and agent, tool calls by name, turn durations."""
-        params = _only(request, ("parent",))
-        parent = params.get("parent") or None
-        tasks = [
-            self.hub.with_live_progress(t)
-            for t in await self._all_tasks()
-            if parent is None or t.parent_session_id == parent
-        ]
-        by_status = Counter(t.status.value for t in tasks)
-        by_agent = Counter(t.agent for t in tasks)
-        tools, unreadable = await self._tool_totals(tasks)
-        durations = [d for d in map(turn_duration_ms, tasks) if d is not None]
-        return JSONResponse(
-            {
-                "tasks": len(tasks),
-                "by_status": {s.value: by_status.get(s.value, 0) for s in TaskStatus},
-                "by_agent": dict(sorted(by_agent.items())),
-                "tool_calls": {
-                    "total": sum(tools.values()),
-                    "by_name": dict(sorted(tools.items(), key=lambda kv: (-kv[1], kv[0]))),
-                    "unreadable_tasks": unreadable,
-                },
-                "durations": duration_summary(durations),
-                "usage": usage_sums(tasks),
-            }
+        stats = await self.manager.task_stats(query.parent)
+        return answer(
+            Stats(
+                tasks=stats.tasks,
+                by_status=stats.by_status,
+                by_agent=stats.by_agent,
+                tool_calls=ToolCalls(
+                    total=sum(stats.tool_calls.values()),
+                    by_name=stats.tool_calls,
+                    unreadable_tasks=stats.tools_unrecorded,
+                ),
+                durations=stats.durations,
+                usage=await self._live_sums(stats.usage, query.parent),
+            )
         )
 
-    async def _tool_totals(self, tasks: Sequence[Task]) -> tuple[Counter[str], int]:
-        """Tool calls by name over the tasks' conversations (ended turns are cached)."""
-        gate = asyncio.Semaphore(STATS_CONCURRENCY)
+    async def _live_tasks(self) -> list[tuple[StoredTask, StoredTask]]:
+        """The running tasks whose tokens and cost the hub knows newer than stored (their
+        manager stores them at each check; the hub hears them as they come): stored, live."""
+        out = []
+        for task_id in self.hub.live_usage_ids():
+            try:
+                stored = await self.manager.get_task(task_id, prefix=False)
+            except TaskNotFoundError:
+                continue
+            live = self.hub.with_live_progress(stored)
+            if live is not stored and live.usage != stored.usage:
+                out.append((stored, live))
+        return out
 
-        async def one(task: Task) -> Counter[str] | None:
-            key = (task.id, task.turn, task.updated_at)
-            cached = self._tool_counts.get(key)
-            if cached is not None:
-                return cached
-            assert task.session_id is not None
-            async with gate:
-                try:
-                    messages = await self.manager.backend.messages(task.session_id)
-                except BackendError:
-                    return None
-            counts = count_tools(messages)
-            if not task.status.active:
-                self._tool_counts[key] = counts
-            return counts
+    async def _live_sums(self, sums: queries.UsageSums, parent: str | None) -> queries.UsageSums:
+        """The store's usage sums with the running tasks' live tokens and cost in place of
+        their stored ones (as every task is shown)."""
+        live_tasks = await self._live_tasks()
+        if not live_tasks:
+            return sums
+        # the sums are replaced, never changed: a copy of each map is enough
+        out = sums.model_copy(
+            update={
+                "by_agent": dict(sums.by_agent),
+                "by_model": dict(sums.by_model),
+                "by_parent": dict(sums.by_parent),
+                "by_tree": dict(sums.by_tree),
+            }
+        )
+        for stored, live in live_tasks:
+            if parent is not None and stored.parent_session_id != parent:
+                continue
+            out.total = add_usage(out.total, live.usage, stored.usage)
+            for group, key in (
+                (out.by_agent, queries.no_nul(stored.agent)),
+                (out.by_parent, stored.parent_session_id),
+                (out.by_tree, stored.tree_id),
+            ):
+                group[key] = add_usage(group.get(key, TaskUsage()), live.usage, stored.usage)
+            for model in sorted({*live.usage_by_model, *stored.usage_by_model}):
+                out.by_model[model] = add_usage(
+                    out.by_model.get(model, TaskUsage()),
+                    live.usage_by_model.get(model, TaskUsage()),
+                    stored.usage_by_model.get(model, TaskUsage()),
+                )
+        out.by_model = dict(sorted(out.by_model.items()))
+        return out
 
-        results = await asyncio.gather(*(one(t) for t in tasks if t.session_id))
-        total: Counter[str] = Counter()
-        unreadable = 0
-        for counts in results:
-            if counts is None:
-                unreadable += 1
-            else:
-                total.update(counts)
-        return total, unreadable
-
-    async def events(self, request: Request) -> Response:
+    async def events(self, request: Request, query: NoQuery | None = None) -> Response:
         """Server-Sent Events: a snapshot (or a resume), then every task change."""
-        _only(request, ())
         if self.closing.is_set():
             raise ApiError(503, "unavailable", "the service is stopping")
         if self._poller is None and self.poll_interval is not None:
@@ -654,19 +589,34 @@ class DashboardApi:
         except TooManySubscribersError as exc:
             raise ApiError(503, "too_many_subscribers", str(exc)) from None
         return EventStreamResponse(
-            self.hub, sub, self.hub.stream(sub, self._all_tasks, self.closing)
+            self.hub, sub, self.hub.stream(sub, self._snapshot, self.closing)
         )
+
+    async def _read_changes(self, since: int) -> queries.TaskChanges:
+        return await self.manager.changed_since(since)
 
     async def _reconcile(self, *, seed: bool = False) -> None:
         try:
             read_from = self.hub.last_id  # events published during the read are newer than it
-            self.hub.reconcile(await self._all_tasks(), seed=seed, read_from=read_from)
+            began = time.time_ns() // 1_000_000
+            since = self._poll_from
+            changes = await self._read_changes(since)
+            self.hub.apply_changes(
+                changes.tasks,
+                changes.cleared,
+                seed=seed,
+                read_from=read_from,
+                forget_before=since,
+            )
+            self._poll_from = began - POLL_OVERLAP_MS
         except Exception:  # a store that failed once may answer next time
-            log.exception("comparing the stored tasks with the event stream failed")
+            log.exception("reading the store's changes for the event stream failed")
 
     async def _poll(self, interval: float) -> None:
-        """Compare the store with the events every `interval` s until the service stops; the
-        first read only remembers the tasks (the snapshots show them)."""
+        """Read the store's changes every `interval` s until the service stops (an indexed
+        read of what changed since the last poll, never every task); the first read starts
+        `POLL_OVERLAP_MS` ago and only remembers (the snapshots show those tasks)."""
+        self._poll_from = time.time_ns() // 1_000_000 - POLL_OVERLAP_MS
         await self._reconcile(seed=True)
         while not self.closing.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
@@ -674,7 +624,6 @@ class DashboardApi:
             if not self.closing.is_set():
                 await self._reconcile()
 
-    async def openapi(self, request: Request) -> Response:
+    async def openapi(self, request: Request, query: NoQuery) -> Response:
         """This API's OpenAPI document."""
-        _only(request, ())
-        return JSONResponse(OPENAPI)
+        return JSONResponse(self.document)

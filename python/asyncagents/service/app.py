@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from .api import DashboardApi
 from .auth import BearerAuth
-from .errors import http_exception, internal_error
+from .errors import ApiError, api_error, http_exception, internal_error
 from .headers import NoSniff
 from .hosts import AllowedHosts, HostCheck
 from .limits import MAX_BODY_BYTES, BodyLimit
@@ -89,7 +89,11 @@ def create_app(
             ),
             Middleware(BodyLimit, max_bytes=max_body_bytes),
         ],
-        exception_handlers={HTTPException: http_exception, Exception: internal_error},
+        exception_handlers={
+            ApiError: api_error,
+            HTTPException: http_exception,
+            Exception: internal_error,
+        },
         lifespan=lifespan,
     )
     app.state.service = state

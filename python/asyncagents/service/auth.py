@@ -16,7 +16,14 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import error_response
+from ..locations import default_token_path
+from .errors import ApiError
+
+#: the detail of every 401
+UNAUTHORIZED = (
+    "Send the service token as `Authorization: Bearer <token>`; it is in the token file that "
+    "`asyncagents serve` printed at start."
+)
 
 #: bytes of randomness in a new token (hex encoded: twice as many characters)
 TOKEN_BYTES = 32
@@ -24,20 +31,6 @@ TOKEN_BYTES = 32
 
 class TokenFileError(Exception):
     """The token file cannot be created or read, or others can read it; names the file."""
-
-
-def state_dir() -> Path:
-    """``$XDG_STATE_HOME/asyncagents``, else ``~/.local/state/asyncagents``."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(base) / "asyncagents"
-
-
-def default_token_path() -> Path:
-    """``$ASYNCAGENTS_TOKEN_FILE``, else ``<state dir>/token``."""
-    env = os.environ.get("ASYNCAGENTS_TOKEN_FILE")
-    return Path(env) if env else state_dir() / "token"
 
 
 def _read(path: Path) -> str:
@@ -90,6 +83,12 @@ def token_matches(header: str | None, token: str) -> bool:
     return hmac.compare_digest(value.strip().encode(), token.encode())
 
 
+def require_token(header: str | None, token: str) -> None:
+    """The one auth check: a 401 `ApiError` unless `header` carries `token` as a bearer."""
+    if not token_matches(header, token):
+        raise ApiError(401, "unauthorized", UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
+
+
 class BearerAuth:
     """ASGI middleware: HTTP requests need ``Authorization: Bearer <token>``, except
     `public_paths` (exact paths) and paths under `public_prefixes`."""
@@ -119,14 +118,9 @@ class BearerAuth:
             if name == b"authorization":
                 header = value.decode("latin-1")
                 break
-        if not token_matches(header, self.token):
-            response = error_response(
-                401,
-                "unauthorized",
-                "Send the service token as `Authorization: Bearer <token>`; it is in the token "
-                "file that `asyncagents serve` printed at start.",
-                headers={"www-authenticate": "Bearer"},
-            )
-            await response(scope, receive, send)
+        try:
+            require_token(header, self.token)
+        except ApiError as exc:
+            await exc.response()(scope, receive, send)
             return
         await self.app(scope, receive, send)

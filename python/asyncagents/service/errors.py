@@ -39,6 +39,34 @@ def error_response(
     )
 
 
+class ApiError(Exception):
+    """The one error type of the service's routes: HTTP status, a short code and a sentence
+    for a person; raised anywhere in a route, answered as ``{"error", "detail"}``."""
+
+    def __init__(
+        self, status: int, error: str, detail: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.error = error
+        self.detail = detail
+        self.headers = dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        return error_response(self.status, self.error, self.detail, self.headers)
+
+
+def bad_param(name: str, detail: str) -> ApiError:
+    """A 400 naming the query parameter."""
+    return ApiError(400, "bad_request", f"query parameter {name!r}: {detail}")
+
+
+async def api_error(request: Request, exc: Exception) -> Response:
+    """The app's handler of `ApiError`."""
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
 async def http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own HTTP errors (unknown route, wrong method...) in the JSON shape."""
     assert isinstance(exc, HTTPException)

@@ -241,6 +241,10 @@ class EventHub:
         event = self.publish(change.kind, event_task_json(task))
         self._seen[task.id] = _Seen(task.updated_at, None if cleared else task.status, event.id)
 
+    def live_usage_ids(self) -> list[str]:
+        """The running tasks whose tokens and cost were reported while they run."""
+        return sorted(self._usage)
+
     def with_live_progress(self, task: Task) -> Task:
         """`task` with the progress (and tokens and cost) its manager last reported while it
         runs: the manager reports a run's tool calls as they happen but stores them when the
@@ -274,23 +278,7 @@ class EventHub:
         present = set()
         for task in tasks:
             present.add(task.id)
-            seen = self._seen.get(task.id)
-            if seen is not None:
-                if seen.event_id > read_from:
-                    continue
-                if seen.status is None:
-                    seen = None  # cleared before the read, stored again since: new to us
-                elif seen.updated_at >= task.updated_at and seen.status is task.status:
-                    continue
-            if not task.status.active:
-                self._progress.pop(task.id, None)
-            if seed:
-                self._seen[task.id] = _Seen(task.updated_at, task.status, read_from)
-                continue
-            kind = inferred_kind(None if seen is None else seen.status, task)
-            event = self.publish(kind, event_task_json(self.with_live_progress(task)))
-            self._seen[task.id] = _Seen(task.updated_at, task.status, event.id)
-            published += 1
+            published += self._publish_stored(task, seed=seed, read_from=read_from)
         for task_id, seen in list(self._seen.items()):
             if task_id in present or seen.event_id > read_from:
                 continue
@@ -306,6 +294,67 @@ class EventHub:
             self._seen[task_id] = _Seen(seen.updated_at, None, event.id)
             published += 1
         return published
+
+    def apply_changes(
+        self,
+        tasks: Sequence[Task],
+        cleared: Sequence[str],
+        *,
+        seed: bool = False,
+        read_from: int | None = None,
+        forget_before: int | None = None,
+    ) -> int:
+        """Publish what a read of recent changes shows that no listener reported: `tasks`
+        written lately (by any process sharing the store) and the ids of tasks `cleared`.
+
+        Unlike `reconcile`, the read holds only what changed, not every task: a task not in it
+        is unchanged. The same change read twice (polls overlap, to allow for clock skew
+        between hosts) is published once. With `seed`, only remember them. `read_from`: as in
+        `reconcile`. Tasks last seen before `forget_before` (ms) are forgotten: a later change
+        of one is published anew. Returns how many events were published.
+        """
+        read_from = self.last_id if read_from is None else read_from
+        published = 0
+        for task in tasks:
+            published += self._publish_stored(task, seed=seed, read_from=read_from)
+        for task_id in cleared:
+            seen = self._seen.get(task_id)
+            if seen is not None and (seen.status is None or seen.event_id > read_from):
+                continue
+            self._progress.pop(task_id, None)
+            # kept from now (this clock) until the reads' window has moved past the clear
+            now = time.time_ns() // 1_000_000
+            if seed:
+                self._seen[task_id] = _Seen(now, None, read_from)
+                continue
+            event = self.publish("task.cleared", {"id": task_id, "truncated": []})
+            self._seen[task_id] = _Seen(now, None, event.id)
+            published += 1
+        if forget_before is not None:
+            for task_id, seen in list(self._seen.items()):
+                if seen.event_id <= read_from and seen.updated_at < forget_before:
+                    del self._seen[task_id]
+        return published
+
+    def _publish_stored(self, task: Task, *, seed: bool, read_from: int) -> bool:
+        """Publish the stored copy of a task if it shows a change not published yet."""
+        seen = self._seen.get(task.id)
+        if seen is not None:
+            if seen.event_id > read_from:
+                return False
+            if seen.status is None:
+                seen = None  # cleared before the read, stored again since: new to us
+            elif seen.updated_at >= task.updated_at and seen.status is task.status:
+                return False
+        if not task.status.active:
+            self._progress.pop(task.id, None)
+        if seed:
+            self._seen[task.id] = _Seen(task.updated_at, task.status, read_from)
+            return False
+        kind = inferred_kind(None if seen is None else seen.status, task)
+        event = self.publish(kind, event_task_json(self.with_live_progress(task)))
+        self._seen[task.id] = _Seen(task.updated_at, task.status, event.id)
+        return True
 
     def publish(self, kind: str, payload: dict[str, Any]) -> HubEvent:
         """Number an event, keep it in the ring, queue it for every subscriber."""

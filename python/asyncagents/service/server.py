@@ -19,11 +19,12 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-from ..tasks import OpenCodeBackend, StoreError, TaskManager, default_store_path
+from ..locations import DEFAULT_HOST, DEFAULT_PORT, default_store_path
+from ..tasks import OpenCodeBackend, StoreError, TaskManager
 from .app import begin_drain, create_app
 from .connections import AbortableProtocol
 from .hosts import AllowedHosts, is_loopback
-from .settings import DEFAULT_HOST, DEFAULT_PORT, Settings, open_store, opencode_credentials
+from .settings import Settings, open_store, opencode_credentials
 
 #: the longest a stop waits for the calls in flight before it closes the manager anyway
 GRACEFUL_SECONDS = 30

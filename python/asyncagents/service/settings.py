@@ -29,13 +29,12 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
+from ..locations import DEFAULT_HOST, DEFAULT_PORT
 from ..tasks.config import TaskManagerConfig
 from ..tasks.opencode import OpenCodeCredentials
 from ..tasks.store import SQLiteTaskStore, TaskStore
 
 ENV_PREFIX = "ASYNCAGENTS_"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 4097
 #: what ``--store`` reads as a PostgreSQL DSN rather than a SQLite file
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _DEST_PREFIX = "setting_"

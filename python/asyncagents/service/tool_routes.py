@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..tasks.tools import run_tool
-from .errors import error_response
+from .errors import ApiError
 from .state import ServiceState
 
 
@@ -62,26 +62,26 @@ async def call_tool(request: Request) -> Response:
     """Run one tool call for the calling session; 503 once the service is stopping."""
     state: ServiceState = request.app.state.service
     if state.draining.is_set():
-        return error_response(
+        raise ApiError(
             503, "shutting_down", "The asyncagents service is stopping; call again once it is up."
         )
     problem = json_content_problem(request.headers.get("content-type"))
     if problem is not None:
-        return error_response(415, "unsupported_media_type", problem)
+        raise ApiError(415, "unsupported_media_type", problem)
     try:
         payload = json.loads(await request.body())
     except (ValueError, UnicodeDecodeError) as exc:
-        return error_response(422, "invalid_body", f"The body is not valid JSON: {exc}")
+        raise ApiError(422, "invalid_body", f"The body is not valid JSON: {exc}") from None
     except RecursionError:
-        return error_response(
+        raise ApiError(
             422,
             "invalid_body",
             "The body is nested too deeply to parse (RecursionError); send flatter JSON.",
-        )
+        ) from None
     try:
         call = ToolCall.model_validate(payload)
     except ValidationError as exc:
-        return error_response(422, "invalid_body", _problems(exc))
+        raise ApiError(422, "invalid_body", _problems(exc)) from None
     name = request.path_params["name"]
     with state.in_flight():
         text = await run_tool(

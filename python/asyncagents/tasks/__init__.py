@@ -9,6 +9,7 @@ fork pipeline, which a forked launch runs.
 
 from typing import TYPE_CHECKING, Any
 
+from ..locations import default_store_path
 from .backend import PromptRequest, SessionBackend
 from .config import TaskManagerConfig, WakeMode
 from .errors import (
@@ -34,7 +35,7 @@ from .errors import (
 )
 from .events import EventFollower
 from .inprocess import InProcessBackend, InProcessTurn, ProviderError
-from .manager import TaskManager, default_store_path
+from .manager import TaskManager
 from .models import (
     Notice,
     NoticeKind,

@@ -76,6 +76,9 @@ class Entry:
     #: the manager that queued it (or follows it), and whether its lease lives
     owner: str | None = None
     owner_live: bool = True
+    #: a try again after a provider error waits out its backoff: not started before this
+    #: time (epoch ms; None: at once)
+    not_before: int | None = None
 
 
 @dataclass(frozen=True)
@@ -148,10 +151,13 @@ def _queues(
     include: str | None = None,
     me: str | None = None,
     fresh_since: int | None = None,
+    now: int | None = None,
 ) -> dict[str, deque[Entry]]:
     def startable(e: Entry) -> bool:
         if not ready_only:
             return True
+        if now is not None and e.not_before is not None and e.not_before > now:
+            return False  # its backoff is not over: skipped, the others go on
         if fresh_since is not None and e.owner not in (None, me):
             if not e.owner_live:
                 return False  # its manager died: taken over first (then its new owner's)
@@ -185,16 +191,19 @@ def plan(
     include: str | None = None,
     me: str | None = None,
     fresh_since: int | None = None,
+    now: int | None = None,
 ) -> list[Entry]:
     """The queued tasks manager `me` starts now, in the order it admits them (at most `limit`).
 
     Only ready tasks start, and `include` (a task the caller is preparing: its session, its
-    fork);
-    a task another manager queued after `fresh_since` (ms) is left to it.
+    fork); a task another manager queued after `fresh_since` (ms) is left to it, and a try again
+    whose backoff ends after `now` (ms) waits (neither blocks the tasks behind it).
     """
     entries = list(entries)
     counts = Counts.of(entries)
-    queues = _queues(entries, ready_only=True, include=include, me=me, fresh_since=fresh_since)
+    queues = _queues(
+        entries, ready_only=True, include=include, me=me, fresh_since=fresh_since, now=now
+    )
     rotation = _rotation(queues, last_admitted)
     chosen: list[Entry] = []
 
@@ -299,5 +308,12 @@ def choose(
 ) -> list[Entry]:
     """`plan` as a store's `admit` runs it for manager `me` at `now` (ms)."""
     return plan(
-        entries, last_admitted, caps, max(limit, 0), include, me=me, fresh_since=now - fresh_ms
+        entries,
+        last_admitted,
+        caps,
+        max(limit, 0),
+        include,
+        me=me,
+        fresh_since=now - fresh_ms,
+        now=now,
     )

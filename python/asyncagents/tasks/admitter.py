@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from .admission import Caps
 from .jobs import wait_event
-from .models import Task
+from .models import Task, now_ms
 from .store import TaskStore
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,8 @@ class Admitter:
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._pass_lock = asyncio.Lock()
+        #: passes planned for when a try again's backoff ends
+        self._timers: set[asyncio.TimerHandle] = set()
         #: tasks this manager admitted (for tests and benchmarks)
         self.admitted = 0
 
@@ -63,6 +65,9 @@ class Admitter:
             )
 
     async def stop(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
         task, self._loop_task = self._loop_task, None
         if task is not None:
             task.cancel()
@@ -72,6 +77,23 @@ class Admitter:
     def poke(self) -> None:
         """Make a pass now (a slot may have freed, or a task joined the queue)."""
         self._wakeup.set()
+
+    def poke_at(self, at_ms: int | None) -> None:
+        """Make a pass now, and another when a queued try again's backoff ends (epoch ms): the
+        queue skips it until then (the periodic pass is the safety net of other managers)."""
+        self.poke()
+        if at_ms is None:
+            return
+        loop = asyncio.get_running_loop()
+        # a little after the end, so that the pass finds it over
+        delay = max(0.0, (at_ms - now_ms()) / 1000) + 0.01
+
+        def fire() -> None:
+            self._timers.discard(timer)
+            self.poke()
+
+        timer = loop.call_later(delay, fire)
+        self._timers.add(timer)
 
     async def _run(self) -> None:
         while True:

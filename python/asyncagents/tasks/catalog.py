@@ -96,6 +96,20 @@ class ModelRefusedError(TaskRequestError):
         self.model = model
 
 
+class FallbackModelRefusedError(TaskRequestError):
+    """The config's ``fallback_models`` names a model the server does not offer, or that
+    ``allowed_models`` does not allow: no new task starts until the config is fixed (its
+    tries would end on a model that cannot answer)."""
+
+    def __init__(self, model: str, reason: str, allowed: Iterable[str]) -> None:
+        super().__init__(
+            f'The task manager\'s config is wrong: fallback_models has "{model}", which {reason}. '
+            f"The models allowed are: {_named(allowed)}. No new task starts until fallback_models "
+            "is fixed in the asyncagents config: tell the user."
+        )
+        self.model = model
+
+
 class ModelCatalog:
     """The server's models, read at most every `ttl` seconds, filtered by `allowed`."""
 
@@ -141,16 +155,27 @@ class ModelCatalog:
 
     async def check(self, model: str) -> ModelInfo:
         """The model, if a task may use it; else `ModelRefusedError` naming the allowed ones."""
+        return await self._checked(model, ModelRefusedError)
+
+    async def check_fallbacks(self, models: Iterable[str]) -> None:
+        """`FallbackModelRefusedError` for the first of `models` (the config's
+        ``fallback_models``) a task may not use, checked as a task's `model` is."""
+        for model in models:
+            await self._checked(model, FallbackModelRefusedError)
+
+    async def _checked(
+        self, model: str, error: type[ModelRefusedError] | type[FallbackModelRefusedError]
+    ) -> ModelInfo:
         models = await self._refresh()
         allowed = await self.allowed()
         provider, _, model_id = model.partition("/")
         if not provider or not model_id:
-            raise ModelRefusedError(model, "is not written as provider/model", allowed)
+            raise error(model, "is not written as provider/model", allowed)
         info = models.get(model)
         if info is None:
-            raise ModelRefusedError(model, "is not offered by the OpenCode server", allowed)
+            raise error(model, "is not offered by the OpenCode server", allowed)
         if model not in allowed:
-            raise ModelRefusedError(model, "is not in this task manager's allowed_models", allowed)
+            raise error(model, "is not in this task manager's allowed_models", allowed)
         return info
 
     async def info(self, model: str | None) -> ModelInfo | None:

@@ -1,7 +1,7 @@
 """A child session's conversation as readable text, from OpenCode's real message shapes.
 
 Used by ``asyncagents_output`` (``full_session``, ``since_message_id``, ``message_limit``) and by
-the dashboard; it needs only the messages (``GET /session/{id}/message``), no `TaskManager`.
+the dashboard; `TaskManager.read_messages` reads and chooses the messages, this module formats.
 Each message starts with a header naming its id, so a caller can ask for what came after it.
 """
 
@@ -11,8 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .backend import JSON, SessionBackend
-from .errors import TaskRequestError
+from .backend import JSON
+from .errors import UnknownMessageError
 from .turns import format_error
 
 #: the longest tool input / output / error shown per tool part (characters)
@@ -112,16 +112,13 @@ def select_messages(
 ) -> list[JSON]:
     """The messages after `since_message_id` (all when None), then the last `message_limit`.
 
-    Raises `TaskRequestError` when `since_message_id` is not a message of the session.
+    Raises `UnknownMessageError` when `since_message_id` is not a message of the session.
     """
     selected = list(messages)
     if since_message_id is not None:
         ids = [str(_dict(m.get("info")).get("id")) for m in selected]
         if since_message_id not in ids:
-            raise TaskRequestError(
-                f"since_message_id {since_message_id!r} is not a message of this task's "
-                "session; use an id from a [msg_...] header of an earlier output."
-            )
+            raise UnknownMessageError(since_message_id)
         selected = selected[ids.index(since_message_id) + 1 :]
     if message_limit is not None:
         selected = selected[-message_limit:] if message_limit > 0 else []
@@ -151,18 +148,3 @@ def format_conversation(
     if not blocks:
         return f"{heading}: no messages."
     return heading + ":\n\n" + "\n\n".join(blocks)
-
-
-async def read_conversation(
-    backend: SessionBackend,
-    session_id: str,
-    *,
-    since_message_id: str | None = None,
-    message_limit: int | None = None,
-) -> str:
-    """Read a session's messages from `backend` and format the selected ones."""
-    messages = await backend.messages(session_id)
-    selected = select_messages(
-        messages, since_message_id=since_message_id, message_limit=message_limit
-    )
-    return format_conversation(selected, total=len(messages))

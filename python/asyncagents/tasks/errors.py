@@ -247,3 +247,14 @@ class SessionNotFoundError(BackendError):
     ) -> None:
         super().__init__(message or f"Session not found: {session_id}", 404, url=url, method=method)
         self.session_id = session_id
+
+
+class UnknownMessageError(TaskRequestError):
+    """A `since_message_id` that is not a message of the task's session."""
+
+    def __init__(self, message_id: str) -> None:
+        super().__init__(
+            f"since_message_id {message_id!r} is not a message of this task's session; use an "
+            "id from a [msg_...] header of an earlier output."
+        )
+        self.message_id = message_id

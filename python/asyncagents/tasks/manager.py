@@ -26,13 +26,16 @@ import asyncio
 import builtins
 import logging
 import os
-from pathlib import Path
+from collections.abc import Collection
+from dataclasses import dataclass
 
+from ..locations import default_store_path
 from .admission import Caps, QueuePlace, place_of
 from .admitter import Admitter
 from .backend import JSON, SessionBackend
 from .catalog import ModelCatalog, model_name
 from .config import TaskManagerConfig
+from .conversation import select_messages
 from .errors import (
     AmbiguousTaskIdError,
     BackendError,
@@ -69,16 +72,18 @@ from .models import (
     TaskStatus,
     message_id_after,
     new_id,
-    now_ms,
 )
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
+from .queries import SortField, TaskChanges, TaskPage, TaskQuery, TaskStats
 from .recorder import Listener, Recorder
 from .registry import Run, RunRegistry
+from .session_titles import SessionTitles
 from .store import PENDING_STATUSES, SQLiteTaskStore, TaskStore
 from .tool_names import DEFAULT_OUTPUT_TIMEOUT_SECONDS
 from .transitions import (
     MAX_QUEUED_FOLLOWUPS,
+    between_turns,
     cancelled,
     queue_followup,
     resumed,
@@ -94,6 +99,7 @@ __all__ = [
     "ForkBuilder",
     "ForkContextLike",
     "TaskManager",
+    "TaskMessages",
     "default_backend_name",
     "default_store_path",
 ]
@@ -107,15 +113,14 @@ _SLOT_FREEING = frozenset({"task.completed", "task.error"})
 PREFIX_CANDIDATES = 5
 
 
-def default_store_path() -> Path:
-    """``$ASYNCAGENTS_TASKS_DB``, else ``$XDG_STATE_HOME/asyncagents/tasks.sqlite3``."""
-    env = os.environ.get("ASYNCAGENTS_TASKS_DB")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(state) / "asyncagents" / "tasks.sqlite3"
+@dataclass(frozen=True)
+class TaskMessages:
+    """What `TaskManager.read_messages` read: the task, the chosen messages, and how many
+    messages its session holds in all."""
+
+    task: Task
+    messages: list[JSON]
+    total: int
 
 
 def default_backend_name(backend: SessionBackend) -> str:
@@ -190,6 +195,8 @@ class TaskManager:
         self.events = self.watcher.events
         #: the server's models, for the `model` of a task and the fork's budget
         self.catalog = ModelCatalog(backend, self.config.allowed_models, self.config.models_ttl)
+        #: parent sessions' titles, for the dashboard (bounded, expiring, never an error)
+        self.titles = SessionTitles(backend)
         self.launcher = Launcher(
             backend,
             self.store,
@@ -372,6 +379,8 @@ class TaskManager:
             await self.catalog.check(model)
         else:
             model = model_name(self.config.model)
+        if self.config.fallback_models:
+            await self.catalog.check_fallbacks(self.config.fallback_models)
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
         depth, root = await self._depth_of(parent_session_id)
         await self._check_tree_budget(root)
@@ -444,8 +453,9 @@ class TaskManager:
                 left = max(0.0, timeout - (loop.time() - begin))
                 timed_out = not await self.recorder.wait_ended(task.id, left)
                 task = await self._resolve(task.id, parent_session_id)
-                # a try again after a provider error is the same turn to the caller
-                if timed_out or not task.status.active or not task.tries:
+                # a try again after a provider error (waiting in the queue, then running) is
+                # the same turn to the caller
+                if timed_out or not task.status.pending or not task.tries:
                     break
             waited = loop.time() - begin
         if task.status.active:
@@ -470,30 +480,55 @@ class TaskManager:
         since_message_id: str | None = None,
         message_limit: int | None = None,
     ) -> builtins.list[JSON]:
-        """The child's messages (OpenCode's ``{info, parts}``, oldest first).
+        """The child's messages (OpenCode's ``{info, parts}``, oldest first), chosen as
+        `read_messages` does; a child session that is gone raises `SessionExpiredError`."""
+        try:
+            read = await self.read_messages(
+                task_id,
+                parent_session_id,
+                full_session=full_session,
+                since_message_id=since_message_id,
+                message_limit=message_limit,
+            )
+        except SessionNotFoundError:
+            task = await self._resolve(task_id, parent_session_id)
+            raise SessionExpiredError(task.id, task.session_id) from None
+        return read.messages
 
-        By default the current turn's; `full_session` the whole conversation (with an injected
-        fork context); `since_message_id` only those after that message; `message_limit` only
-        the newest that many of what is selected.
+    async def read_messages(
+        self,
+        task_id: str,
+        parent_session_id: str | None = None,
+        *,
+        full_session: bool = False,
+        since_message_id: str | None = None,
+        message_limit: int | None = None,
+    ) -> TaskMessages:
+        """The one reader of a task's conversation: the task, the chosen messages and how many
+        the session has.
+
+        By default the current turn's messages; `full_session` the whole conversation (with an
+        injected fork context); `since_message_id` those after that message of the session
+        (`UnknownMessageError` if it is not one); `message_limit` only the newest that many of
+        what is chosen. A child session that is gone raises `SessionNotFoundError`.
         """
         await self.start()
         if message_limit is not None and message_limit < 0:
             raise TaskRequestError("message_limit must be 0 or more.")
         task = await self._resolve(task_id, parent_session_id)
         if not task.session_id:
-            return []
-        try:
-            messages = await self.backend.messages(task.session_id)
-        except SessionNotFoundError:
-            raise SessionExpiredError(task.id, task.session_id) from None
+            return TaskMessages(task=task, messages=[], total=0)
+        messages = await self.backend.messages(task.session_id)
         after = since_message_id
         if after is None and not full_session:
             after = task.turn_after_message_id
-        if after is not None:
-            messages = [m for m in messages if str((m.get("info") or {}).get("id", "")) > after]
-        if message_limit is not None:
-            messages = messages[-message_limit:] if message_limit else []
-        return messages
+            ids = [str((m.get("info") or {}).get("id", "")) for m in messages]
+            if after is not None and after not in ids:
+                # the message the turn follows is gone (compacted): what sorts after it
+                messages = [m for m, i in zip(messages, ids, strict=True) if i > after]
+                after = None
+        chosen = select_messages(messages, since_message_id=after, message_limit=message_limit)
+        return TaskMessages(task=task, messages=chosen, total=len(messages))
 
     async def list(
         self, parent_session_id: str, status: TaskStatus | None = None
@@ -509,6 +544,66 @@ class TaskManager:
             if run is not None and run.turn == task.turn and run.progress.retry is not None:
                 task.progress = task.progress.model_copy(update={"retry": run.progress.retry})
         return tasks
+
+    async def get_task(
+        self, task_id: str, parent_session_id: str | None = None, *, prefix: bool = True
+    ) -> Task:
+        """A task of this backend by id, or by unique id prefix unless `prefix` is False
+        (`TaskNotFoundError` if none, `AmbiguousTaskIdError` if the prefix names several)."""
+        await self.start()
+        if prefix:
+            return await self._resolve(task_id, parent_session_id)
+        task = await self.store.get(task_id)
+        if (
+            task is None
+            or task.backend != self.backend_name
+            or (parent_session_id is not None and task.parent_session_id != parent_session_id)
+        ):
+            raise TaskNotFoundError(task_id)
+        return task
+
+    async def query_tasks(
+        self,
+        *,
+        parent_session_id: str | None = None,
+        statuses: Collection[TaskStatus] | None = None,
+        agent: str | None = None,
+        text: str | None = None,
+        sort: SortField = "created_at",
+        descending: bool = True,
+        limit: int = 100,
+        after: tuple[int, str] | None = None,
+        count: bool = True,
+    ) -> TaskPage:
+        """One page of this backend's tasks matching every filter given, run in the store
+        (`TaskQuery` says what each means); `TaskPage.next_after` is the next page's `after`."""
+        await self.start()
+        return await self.store.query_tasks(
+            TaskQuery(
+                backend=self.backend_name,
+                parent_session_id=parent_session_id,
+                statuses=None if statuses is None else frozenset(statuses),
+                agent=agent,
+                text=text,
+                sort=sort,
+                descending=descending,
+                limit=limit,
+                after=after,
+                count=count,
+            )
+        )
+
+    async def task_stats(self, parent_session_id: str | None = None) -> TaskStats:
+        """Counts by status and agent, tool calls by name, last-turn durations of this
+        backend's tasks (of one parent when given), computed in the store."""
+        await self.start()
+        return await self.store.task_stats(self.backend_name, parent_session_id)
+
+    async def changed_since(self, since: int) -> TaskChanges:
+        """This backend's tasks written at or after `since` (epoch ms, the writers' clocks) and
+        the ids of those cleared since, by any process sharing the store; an indexed read."""
+        await self.start()
+        return await self.store.changed_since(self.backend_name, since)
 
     async def cancel(
         self,
@@ -563,6 +658,11 @@ class TaskManager:
         None when it is not queued."""
         view = await self.store.queue_view(self.backend_name)
         return place_of(task_id, view.entries, view.last_admitted, self.admitter.caps)
+
+    async def session_title(self, session_id: str) -> str | None:
+        """A session's title as its server names it (cached a minute); None when it cannot be
+        read within a few seconds, so a caller shows the id instead."""
+        return await self.titles.title(session_id)
 
     async def tree(self, task_id: str, parent_session_id: str | None = None) -> builtins.list[Task]:
         """A task's descendants: the tasks its child started, theirs, and so on (oldest first)."""
@@ -619,15 +719,20 @@ class TaskManager:
         when: str | None = None,
     ) -> Task:
         task = await self._resolve(task_id, parent_session_id)
-        if when is not None and task.status.active:
+        if when is not None and (task.status.active or between_turns(task)):
             followup = FollowUp(prompt=prompt, interrupt=when == "now")
             out = await self.recorder.apply(task.id, queue_followup(followup), "task.updated")
             if out is not None:
-                if followup.interrupt and task.session_id:
+                if followup.interrupt and out[0].status.active and task.session_id:
+                    # the follow-up keeps the aborted turn's slot (`finished`)
                     await abort_quietly(self.backend, task.session_id)
+                elif out[0].status is TaskStatus.QUEUED:
+                    # it took the place of a turn waiting in the queue, without its backoff
+                    self.admitter.poke()
                 return out[0]
             task = await self._resolve(task.id, parent_session_id)
-            if task.status.active and len(task.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
+            pending = task.status.active or between_turns(task)
+            if pending and len(task.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
                 raise TaskRequestError(
                     f"Task `{task.id}` already has {MAX_QUEUED_FOLLOWUPS} queued follow-ups; "
                     "wait for its notices before queueing more."
@@ -732,35 +837,29 @@ class TaskManager:
             self.admitter.poke()
 
     def _followup_due(self, task: Task) -> None:
-        """A turn ended into a queued follow-up: send it (started in the store already), or,
-        when the turn's end could not name its last message, start it from here."""
-        if task.status.active and task.turn_started_at is None:
+        """A turn ended into its next one: a try again after a provider error, or a queued
+        follow-up, waits in the queue (its slot is free now; a try again not before its
+        backoff ends); a follow-up sent with ``when="now"`` keeps the aborted turn's slot and
+        is sent at once; when the turn's end could not name its last message, the follow-up
+        is queued from here."""
+        if task.status is TaskStatus.QUEUED:
+            # the ended turn's run goes (not a newer one: another pass may have admitted it)
+            self.registry.drop(task.id, task.turn - 1)
+            self.admitter.poke_at(task.retry_at)
+        elif task.status.active and task.turn_started_at is None:
             run = self.watcher.follow(task)
-            # a try again waits out its backoff as a plain job (a graceful close does not wait
-            # for it: the next owner sends it, with the same message id)
-            (self.jobs if task.retry_at is not None else self.launches).spawn(
-                self._send_turn(task, run)
-            )
+            self.launches.spawn(self._send_turn(task, run))
         elif task.status is TaskStatus.COMPLETED and task.pending_followups:
             self.launches.spawn(self._send_queued(task))
 
     async def _send_turn(self, task: Task, run: Run) -> None:
-        """Send a turn the store started without sending: a follow-up, or a try again after
-        a provider error (after its backoff, `retry_at`)."""
-        if task.retry_at is not None:
-            await asyncio.sleep(max(0.0, (task.retry_at - now_ms()) / 1000))
-            try:
-                current = await self.store.get(task.id)
-            except StoreError as exc:
-                log.info("try again of %s postponed: %s", task.id, exc)
-                current = task
-            if current is None or current.turn != task.turn or not current.status.active:
-                return  # cancelled or cleared while it waited
+        """Send a follow-up that took the slot of the turn it aborted (``when="now"``)."""
         prompt = task.last_prompt or task.prompt
         await self.launcher.resume(task, run, prompt, task.turn_after_message_id)
 
     async def _send_queued(self, task: Task) -> None:
-        """Start a completed task's first queued follow-up (reads the child's last message)."""
+        """Queue a completed task's first queued follow-up for admission (reads the child's
+        last message)."""
         assert task.session_id is not None
         followup = task.pending_followups[0]
         try:
@@ -845,6 +944,9 @@ class TaskManager:
             if task.status is TaskStatus.QUEUED:
                 if not task.ready:
                     self._start_preparing(task)
+                if task.retry_at is not None:
+                    # a try again waiting out its backoff: admitted once it is over
+                    self.admitter.poke_at(task.retry_at)
                 continue
             if task.session_id is None:
                 # admitted before its session was created: create it, then send the prompt
@@ -861,11 +963,7 @@ class TaskManager:
             # admitted, its prompt maybe never sent (and its fork maybe not prepared): send it
             # again (the same message id: one message, answered once)
             run = self.watcher.follow(task)
-            if task.tries and task.status is not TaskStatus.RESUMED:
-                # a try again after a provider error (after its backoff)
-                self._followup_due(task)
-            else:
-                self.launches.spawn(self._launch(task, run))
+            self.launches.spawn(self._launch(task, run))
         self.admitter.poke()
 
     async def _message_ids(self, task: Task) -> dict[str, JSON] | None:

@@ -74,6 +74,8 @@ class TaskProgress(BaseModel):
     last_tool: str | None = None
     last_activity_at: int | None = None
     steps: int = 0
+    #: tool calls by tool name (the stats add them up across tasks)
+    tools: dict[str, int] = Field(default_factory=dict)
     #: OpenCode retrying the provider now: ``{attempt, message, next}`` (``next``: epoch ms)
     retry: dict[str, Any] | None = None
     #: how many times OpenCode retried the provider in this turn (its retry status's attempt)

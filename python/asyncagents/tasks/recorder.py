@@ -28,6 +28,8 @@ _END_KINDS: dict[TaskStatus, TaskChangeKind] = {
     TaskStatus.CANCELLED: "task.cancelled",
     TaskStatus.RESUMED: "task.resumed",
     TaskStatus.RUNNING: "task.updated",
+    # the turn ended into a queued follow-up (or a try again) that waits for a slot
+    TaskStatus.QUEUED: "task.resumed",
 }
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..plain import surrogate_free
 from .admission import QueuePlace
-from .conversation import read_conversation
+from .conversation import format_conversation
 from .errors import StoreError, TaskError
 from .markdown import code, code_label
 from .models import OutputResult, Task, TaskStatus, now_ms
@@ -223,7 +223,8 @@ def format_queued(task: Task, *, interrupt: bool) -> str:
 
 
 def retry_lines(task: Task, now: int) -> list[str]:
-    """A running task's provider trouble: OpenCode retrying now, or our try again waiting."""
+    """A running or queued task's provider trouble: OpenCode retrying now, or our try again
+    waiting (for its backoff, then a slot)."""
     lines: list[str] = []
     retry = task.progress.retry
     if retry is not None:
@@ -235,7 +236,7 @@ def retry_lines(task: Task, now: int) -> list[str]:
         )
     if task.tries:
         on = task.model or DEFAULT_MODEL_NAME
-        if task.retry_at is not None and task.turn_started_at is None:
+        if task.retry_at is not None and task.turn_started_at is None and task.retry_at > now:
             lines.append(
                 f"Try {len(task.tries)} on {on} in {max(0, (task.retry_at - now) / 1000):.0f}s, "
                 f"after a provider error: {task.retry_error}"
@@ -270,7 +271,15 @@ def _output_text(
         head += f"\n{attempts}"
     if task.status is TaskStatus.QUEUED:
         what = "follow-up" if task.resume_count > 0 else "task"
+        if task.tries:
+            what = "next try"
         lines = [head, f"Waiting in the queue: {queue_state(place, max_running)}."]
+        # a try again after a provider error waits here for its backoff and a slot
+        lines.extend(retry_lines(task, now))
+        if task.pending_followups:
+            lines.append(
+                f"{len(task.pending_followups)} queued follow-up(s) are sent when this turn ends."
+            )
         if out.timed_out:
             lines.insert(0, f"Still queued after waiting {out.waited_seconds:.0f}s.")
         lines.append(
@@ -458,13 +467,14 @@ async def _output(
         out = await read(args.block)
     text = format_output(out, await _place(manager, out.task), manager.config.max_running)
     if args.wants_conversation and out.task.session_id:
-        conversation = await read_conversation(
-            manager.backend,
-            out.task.session_id,
+        chosen = await manager.read_messages(
+            out.task.id,
+            session_id,
+            full_session=True,
             since_message_id=args.since_message_id,
             message_limit=args.message_limit,
         )
-        text = f"{text}\n\n{conversation}"
+        text = f"{text}\n\n{format_conversation(chosen.messages, total=chosen.total)}"
     return text
 
 

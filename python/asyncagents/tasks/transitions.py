@@ -5,9 +5,11 @@ when the task is no longer in the state the change was decided on: a late comple
 overwrite a cancel or a newer turn, and two managers racing on one task change it once.
 
 Lifecycle: queued -> running -> completed | error | cancelled; completed -> queued -> resumed ->
-completed. A follow-up (resumed turn) that fails or is cancelled returns the task to
-``completed`` with its last good result, so it can be resumed again; `Task.error` then says why
-the follow-up failed. A queued turn leaves the queue by `admitted` (see `admission`).
+completed. A turn that ended into a try again (a provider error) or into a queued follow-up
+goes back to ``queued`` and gives up its slot until admitted again. A follow-up (resumed turn)
+that fails or is cancelled returns the task to ``completed`` with its last good result, so it
+can be resumed again; `Task.error` then says why the follow-up failed. A queued turn leaves the
+queue by `admitted` (see `admission`).
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def finished(
     A queued turn can end too (its fork could not be prepared).
     The notice carries at most `result_chars` characters of the result.
     `after`: the turn's last message id, when known; a task left ``completed`` with queued
-    follow-ups then starts the first of them in the same write (see `FollowUp`).
+    follow-ups then queues the first of them for admission in the same write (see `FollowUp`):
+    it waits for a slot like any task.
     """
 
     def mutate(t: Task) -> Outcome:
@@ -116,7 +119,7 @@ def finished(
             # aborted for a follow-up sent with when="now": no notice, the follow-up goes next
             if status is TaskStatus.COMPLETED:
                 t.result = text  # it ended before the abort did
-            _start_next(t, after)
+            _start_next(t, after, queue=False)
             return t, None
         followup = t.resume_count > 0
         t.completed_at = now_ms()
@@ -149,8 +152,9 @@ def finished(
             note = dropped_line(dropped) if dropped else ""
             notice = build_notice(new_id("ntc"), t, kind, result_chars, note)
         if t.status is TaskStatus.COMPLETED and t.pending_followups and after is not None:
-            # the next queued follow-up is the next resume, in the same write: a takeover
-            # finds it to send (its message id is chosen here, so it is sent once)
+            # the next queued follow-up is the next resume, in the same write, queued for a
+            # slot: whoever admits it sends it (its message id is chosen here, so it is sent
+            # once)
             _start_next(t, after)
         return t, notice
 
@@ -159,12 +163,15 @@ def finished(
 
 def retried(turn: int, after: str, model: str | None, delay: float, error: str) -> Mutation:
     """The turn ended on a retryable provider error: the same prompt goes again, as a new user
-    message after `after` (a turn that completed is never repeated), on `model`, in `delay`
-    seconds. No notice: the parent hears once, at the end."""
+    message after `after` (a turn that completed is never repeated), on `model`, once `delay`
+    seconds passed and the caps let it run: it gives up its slot and waits in the queue, not
+    admitted before `retry_at`. No notice: the parent hears once, at the end."""
 
     def mutate(t: Task) -> Outcome:
         if t.turn != turn or not t.status.active:
             return None
+        t.status = TaskStatus.QUEUED
+        t.admitted_at = None
         t.tries = [*(t.tries or [t.model]), model]
         t.model = model
         t.turn += 1
@@ -185,10 +192,16 @@ def dropped_line(count: int) -> str:
     return f"Dropped {count} queued follow-up(s); they were not sent."
 
 
-def _start_next(t: Task, after: str) -> None:
-    """Start the first queued follow-up as the next resume: its prompt goes after `after`."""
+def _start_next(t: Task, after: str, *, queue: bool = True) -> None:
+    """Make the first queued follow-up the next resume: its prompt goes after `after`. It
+    waits in the admission queue for a slot (`queue`), or, sent with ``when="now"``, keeps the
+    slot of the turn it aborted (the running count does not change)."""
     followup = t.pending_followups.pop(0)
-    t.status = TaskStatus.RESUMED
+    if queue:
+        t.status = TaskStatus.QUEUED
+        t.admitted_at = None
+    else:
+        t.status = TaskStatus.RESUMED
     t.resume_count += 1
     t.turn += 1
     t.last_prompt = followup.prompt
@@ -208,17 +221,40 @@ def _start_next(t: Task, after: str) -> None:
 MAX_QUEUED_FOLLOWUPS = 20
 
 
+def between_turns(t: Task) -> bool:
+    """The task's next turn waits in the queue after one that ran: a try again after a
+    provider error, or a follow-up (its session has answered before)."""
+    return t.status is TaskStatus.QUEUED and (t.resume_count > 0 or bool(t.tries))
+
+
 def queue_followup(followup: FollowUp) -> Mutation:
-    """Store a follow-up for the running turn's end; one sent with ``when="now"`` goes before
-    those waiting (after any other "now" one). Declines past `MAX_QUEUED_FOLLOWUPS`."""
+    """Store a follow-up for the running (or waiting) turn's end; one sent with ``when="now"``
+    goes before those waiting (after any other "now" one). Declines past
+    `MAX_QUEUED_FOLLOWUPS`.
+
+    A "now" follow-up of a task whose next turn waits in the queue (`between_turns`: nothing
+    runs to abort) takes that turn's place at once: a waiting try again is dropped (the failed
+    turn ends without a notice, as an aborted one does), a waiting follow-up goes back first
+    in line behind it. It still waits for a slot, without the backoff."""
 
     def mutate(t: Task) -> Outcome:
-        if not t.status.active or len(t.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
+        waiting = between_turns(t)
+        if not (t.status.active or waiting) or len(t.pending_followups) >= MAX_QUEUED_FOLLOWUPS:
             return None
         at = len(t.pending_followups)
         if followup.interrupt:
             at = sum(1 for f in t.pending_followups if f.interrupt)
         t.pending_followups.insert(at, followup)
+        if followup.interrupt and waiting:
+            if not t.tries:
+                # the waiting follow-up was never sent: it goes next, after this one
+                again = FollowUp(prompt=t.last_prompt or t.prompt)
+                t.pending_followups.insert(at + 1, again)
+                t.resume_count -= 1
+            after = t.turn_after_message_id
+            _start_next(t, after or "")
+            t.turn_after_message_id = after
+            return t, None
         _touch(t)
         return t, None
 
@@ -226,8 +262,8 @@ def queue_followup(followup: FollowUp) -> Mutation:
 
 
 def resumed_queued(followup_id: str, after: str | None, owner: str, message_id: str) -> Mutation:
-    """A completed task's first queued follow-up starts (when its turn's end could not name
-    the last message, the follow-up is sent from here)."""
+    """A completed task's first queued follow-up joins the admission queue (when its turn's
+    end could not name the last message, it is queued from here)."""
 
     def mutate(t: Task) -> Outcome:
         if t.status is not TaskStatus.COMPLETED or not t.pending_followups:

@@ -103,6 +103,7 @@ def read_turn(messages: Sequence[Any], after_message_id: str | None) -> TurnStat
                 progress.tool_calls += 1
                 state.call_ids.add(tool_call_id(part))
                 progress.last_tool = str(part.get("tool") or "unknown")
+                progress.tools[progress.last_tool] = progress.tools.get(progress.last_tool, 0) + 1
                 ptime = _dict(_dict(part.get("state")).get("time"))
                 for key in ("start", "end"):
                     if isinstance(ptime.get(key), int):

@@ -86,8 +86,8 @@ class Watcher:
         self.tree = TreeSpend(store, 5.0, int(getattr(config, "max_depth", 1)))
         self._loop_task: asyncio.Task[None] | None = None
         self._running = False
-        #: called with a task whose turn ended into its next queued follow-up (set by the
-        #: manager, which sends it)
+        #: called with a task whose turn ended into its next one, a queued follow-up or a try
+        #: again (set by the manager, which queues or sends it)
         self.on_followup: Callable[[Task], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -342,7 +342,8 @@ class Watcher:
         after: str | None = None,
     ) -> Task | None:
         """End a turn once (compare-and-set on turn and status), with its notice; a queued
-        follow-up that starts with it (or must be started) goes to `on_followup`."""
+        follow-up that it queued for admission (or sent at once, or that must be queued) goes
+        to `on_followup`."""
         mutate = finished(
             turn,
             status,
@@ -362,7 +363,7 @@ class Watcher:
             self.tree.forget(out[0].tree_id)
         task = out[0]
         if self.on_followup is not None and (
-            task.status.active or (task.status is TaskStatus.COMPLETED and task.pending_followups)
+            task.status.pending or (task.status is TaskStatus.COMPLETED and task.pending_followups)
         ):
             self.on_followup(task)
         return task

@@ -7,8 +7,9 @@
 "use strict";
 
 const TOKEN_KEY = "asyncagents.token";
-const STATUSES = ["running", "resumed", "completed", "error", "cancelled"];
-const ACTIVE = new Set(["running", "resumed"]);
+const STATUSES = ["queued", "running", "resumed", "completed", "error", "cancelled"];
+// a queued task has not ended: it can be cancelled, and a provider retry may be waiting in it
+const ACTIVE = new Set(["queued", "running", "resumed"]);
 
 const state = {
   tasks: new Map(), // id -> task JSON
@@ -21,6 +22,7 @@ const state = {
   detailId: null,
   detailStatus: null,
   full: null, // the opened task as GET /v1/tasks/{id} answered it (texts not cut)
+  titles: new Map(), // parent session id -> {title (null: unknown), at (ms), pending}
   renderQueued: false,
 };
 
@@ -75,8 +77,58 @@ function fmtTime(ms) {
   return ms ? new Date(ms).toLocaleString() : "";
 }
 
+// How long ago, in the words a person says it ("just now", "42 s ago", "3 min ago", "5 h ago",
+// "2 days ago"); the absolute local time goes in the tooltip.
+function fmtAgo(ms) {
+  const s = Math.max(0, Math.floor((now() - ms) / 1000));
+  if (s < 5) return "just now";
+  if (s < 60) return `${s} s ago`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ago`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h} h ago`;
+  return `${Math.floor(h / 24)} days ago`;
+}
+
+// A turn tried again after a provider error, waiting in the queue for its backoff to end.
+function waitingTry(task) {
+  return task.status === "queued" && task.tries && task.tries.length && task.retry_at
+    ? task.tries.length
+    : null;
+}
+
+// OpenCode retrying the provider for an active task: "retry 2 in 14s" (counting down), "retry 2
+// now" once the time has come; a turn tried again by the manager: "try 2 in 40s", then "try 2,
+// waiting for a slot"; null when no retry is under way.
+function retryText(task) {
+  const tryNumber = waitingTry(task);
+  if (tryNumber) {
+    const left = Math.ceil((task.retry_at - now()) / 1000);
+    return left > 0 ? `try ${tryNumber} in ${left}s` : `try ${tryNumber}, waiting for a slot`;
+  }
+  const retry = task.progress && task.progress.retry;
+  if (!retry || !ACTIVE.has(task.status)) return null;
+  const n = retry.attempt === null || retry.attempt === undefined ? "" : ` ${retry.attempt}`;
+  if (!retry.next) return `retry${n}`;
+  const left = Math.ceil((retry.next - now()) / 1000);
+  return left > 0 ? `retry${n} in ${left}s` : `retry${n} now`;
+}
+
+function retryTitle(task) {
+  const n = waitingTry(task);
+  if (n) {
+    const at = new Date(task.retry_at).toLocaleTimeString();
+    return `Tried again after a provider error: ${task.retry_error || "no reason given"}. ` +
+      `Try ${n} on ${task.model || "the server's default model"} from ${at}.`;
+  }
+  const retry = task.progress.retry;
+  const when = retry.next ? ` Next try at ${new Date(retry.next).toLocaleTimeString()}.` : "";
+  return `OpenCode is retrying the provider: ${retry.message || "no reason given"}.${when}`;
+}
+
 // The time the current turn has run (ticking while active), or the last turn's length.
 function durationOf(task) {
+  if (task.status === "queued") return null; // no turn runs yet: its row says when it was created
   const start = task.resume_count > 0 && task.turn_started_at ? task.turn_started_at : task.created_at;
   if (ACTIVE.has(task.status)) return now() - start;
   return task.completed_at ? task.completed_at - start : null;
@@ -252,7 +304,9 @@ function filters() {
 function matches(task, f) {
   if (!f.statuses.has(task.status)) return false;
   if (!f.text) return true;
-  return [task.id, task.agent, task.model, task.description, task.prompt, task.parent_session_id]
+  const parent = state.titles.get(task.parent_session_id);
+  return [task.id, task.agent, task.model, task.description, task.prompt, task.parent_session_id,
+    parent && parent.title]
     .some((v) => (v || "").toLowerCase().includes(f.text));
 }
 
@@ -268,15 +322,27 @@ function queueRender() {
 function fillRow(row, task) {
   row.replaceChildren();
   row.dataset.status = task.status;
-  const badge = el("span", `badge ${task.status}`, task.status);
+  const status = el("span", "statuscell");
+  status.append(el("span", `badge ${task.status}`, task.status));
+  const retrying = retryText(task);
+  if (retrying) {
+    const retry = el("span", "retry", retrying);
+    retry.title = retryTitle(task);
+    status.append(retry);
+  }
   const id = el("span", "idcell");
   id.append(el("span", "id mono", task.id));
   id.title = task.id;
   if (task.is_forked) id.append(el("span", "mark", "(forked)"));
   if (task.resume_count > 0) id.append(el("span", "mark", "(resumed)"));
-  const agent = el("span", "agent", task.model ? `${task.agent} · ${task.model}` : task.agent);
+  // the model under the agent on wide screens, after it on narrow ones
+  const agent = el("span", "agent", task.agent);
+  agent.title = task.model ? `${task.agent} · ${task.model}` : task.agent;
+  if (task.model) agent.append(el("span", "sep", " · "), el("span", "model", task.model));
   const desc = el("span", "desc", task.description);
   desc.title = task.description;
+  const created = el("span", "created", fmtAgo(task.created_at));
+  created.title = fmtTime(task.created_at);
   const dur = el("span", "dur", fmtDuration(durationOf(task)));
   const p = task.progress || {};
   // a running turn's count is known when it ends; its last tool as it happens
@@ -287,10 +353,11 @@ function fillRow(row, task) {
   const tokens = el("span", "tokens", `${fmtTokens(tokensOf(usage))} tok`);
   tokens.title = `${tokensOf(usage).toLocaleString("en-US")} tokens`;
   const cost = el("span", "cost", fmtCost(usage.cost));
-  row.append(badge, id, agent, desc, dur, tools, tokens, cost);
+  row.append(status, id, agent, desc, created, dur, tools, tokens, cost);
   const marks = `${task.is_forked ? " (forked)" : ""}${task.resume_count > 0 ? " (resumed)" : ""}`;
   const on = task.model ? ` on ${task.model}` : "";
-  row.setAttribute("aria-label", `${task.status}: ${task.description}, agent ${task.agent}${on}, ${task.id}${marks}`);
+  const again = retrying ? ` (${retrying})` : "";
+  row.setAttribute("aria-label", `${task.status}${again}: ${task.description}, agent ${task.agent}${on}, ${task.id}${marks}, created ${fmtAgo(task.created_at)}`);
 }
 
 function makeRow(task, level) {
@@ -371,11 +438,15 @@ function render() {
     group.setAttribute("role", "group");
     const tasks = children.get(parent);
     const head = el("div", "parent");
+    head.title = `Parent session ${parent}`;
+    const name = el("span", "ptitle");
     head.append(
-      "Parent session ", el("span", "mono", parent),
-      ` · ${tasks.length} task${tasks.length === 1 ? "" : "s"}`,
+      "Parent ", name, el("span", "pid mono", parent),
+      el("span", "pcount", ` · ${tasks.length} task${tasks.length === 1 ? "" : "s"}`),
       el("span", "parent-usage", parentUsage(tasks)),
     );
+    showTitle(head, parent);
+    loadTitle(parent, tasks[0].id);
     group.append(head);
     const add = (list, level) => {
       for (const t of list) {
@@ -389,20 +460,128 @@ function render() {
   }
   tree.replaceChildren(fragment);
   $("empty").hidden = state.tasks.size > 0;
+  $("cols").hidden = groups.length === 0;
   if (focused) {
     const row = tree.querySelector(`.row[data-id="${CSS.escape(focused)}"]`);
     if (row) row.focus();
   }
 }
 
-function tick() {
-  for (const row of document.querySelectorAll(".row[data-status='running'], .row[data-status='resumed']")) {
-    const task = state.tasks.get(row.dataset.id);
-    if (task) row.querySelector(".dur").textContent = fmtDuration(durationOf(task));
+// -- parent titles ----------------------------------------------------------------------------
+
+const TITLE_TTL_MS = 60000;
+
+// The parent's title, once known, with its id beside it; the id alone until then (or when the
+// session server cannot say).
+function showTitle(head, parent) {
+  const known = state.titles.get(parent);
+  const title = known && known.title;
+  const name = head.querySelector(".ptitle");
+  name.textContent = title || "";
+  name.hidden = !title;
+  head.querySelector(".pid").classList.toggle("secondary", Boolean(title));
+}
+
+// One read per parent (GET /v1/tasks/{id} names its parent's title), again after a minute.
+async function loadTitle(parent, taskId) {
+  const known = state.titles.get(parent);
+  if (known && (known.pending || Date.now() - known.at < TITLE_TTL_MS)) return;
+  state.titles.set(parent, { title: known ? known.title : null, at: Date.now(), pending: true });
+  let title = known ? known.title : null;
+  try {
+    const response = await api(`/v1/tasks/${encodeURIComponent(taskId)}`);
+    if (response.ok) title = (await response.json()).parent_title || null;
+  } catch (err) {
+    // the id stays shown
   }
+  state.titles.set(parent, { title, at: Date.now(), pending: false });
+  const head = document.querySelector(`.group[data-parent="${CSS.escape(parent)}"] .parent`);
+  if (head) showTitle(head, parent);
+}
+
+function tick() {
+  for (const row of document.querySelectorAll("#tree .row")) {
+    const task = state.tasks.get(row.dataset.id);
+    if (!task) continue;
+    row.querySelector(".created").textContent = fmtAgo(task.created_at);
+    if (!ACTIVE.has(task.status)) continue;
+    row.querySelector(".dur").textContent = fmtDuration(durationOf(task));
+    const retry = row.querySelector(".retry");
+    if (retry) retry.textContent = retryText(task) || "";
+  }
+  // the open detail counts down to the next try too
+  const open = state.detailId && state.tasks.get(state.detailId);
+  if (open && retryText(open)) renderDetail(state.detailId);
 }
 
 // -- the detail -------------------------------------------------------------------------------
+
+function count(n) {
+  return Number(n || 0).toLocaleString("en-US");
+}
+
+function plural(n, word) {
+  return `${count(n)} ${word}${n === 1 ? "" : "s"}`;
+}
+
+const FORK_FIELDS = new Set([
+  "original_count", "final_count", "total_chars", "truncated_results", "removed_messages",
+  "compaction_detected", "compaction_slice_index", "compaction_tail_messages", "tier_distribution",
+  "head_tail_applied", "compacted_results", "hard_capped", "char_budget", "budget_reason",
+  "fork_turns",
+]);
+
+// What a fork kept and cut, as [label, sentence] pairs (the stats' fields: the pipeline's
+// ForkStats plus the launcher's char_budget, budget_reason and fork_turns). A field this page
+// does not know is shown by its name, so nothing is hidden.
+function forkStatLines(s) {
+  const out = [];
+  if ("original_count" in s) {
+    out.push(["Messages kept", `${count(s.final_count)} of the parent's ${plural(s.original_count, "message")}`]);
+  }
+  if ("total_chars" in s) out.push(["Context size", `${count(s.total_chars)} characters`]);
+  if ("char_budget" in s) {
+    const why = s.budget_reason ? ` (${s.budget_reason})` : "";
+    out.push(["Budget", `${count(s.char_budget)} characters${why}`]);
+  }
+  if ("compaction_detected" in s) {
+    if (!s.compaction_detected) {
+      out.push(["Compaction", "No compaction in the parent: every message could be kept"]);
+    } else {
+      const left = Math.max((s.original_count || 0) - (s.final_count || 0) - (s.removed_messages || 0), 0);
+      const tail = s.compaction_tail_messages
+        ? `, the ${plural(s.compaction_tail_messages, "message")} it keeps verbatim before it,` : "";
+      out.push(["Compaction", `Kept the last compaction summary${tail} and everything after it; ${plural(left, "earlier message")} left out`]);
+    }
+  }
+  if (s.fork_turns !== null && s.fork_turns !== undefined) {
+    out.push(["Turns kept", `The last ${plural(s.fork_turns, "user turn")}`]);
+  }
+  if ("removed_messages" in s || "hard_capped" in s) {
+    let fit = "Nothing dropped: every kept message fits the budget";
+    if (s.hard_capped) fit = "The newest message alone was over the budget: its text was cut, head and tail kept";
+    else if (s.removed_messages) fit = `The ${plural(s.removed_messages, "oldest message")} dropped to fit the budget`;
+    out.push(["Fitting the budget", fit]);
+  }
+  const tiers = s.tier_distribution;
+  if (tiers && typeof tiers === "object") {
+    const total = (tiers.tier1 || 0) + (tiers.tier2 || 0) + (tiers.tier3 || 0);
+    out.push(["Tool outputs", total
+      ? `${count(total)}: the ${count(tiers.tier1)} newest whole, the next ${count(tiers.tier2)} shortened, ${count(tiers.tier3)} older ones shortened more`
+      : "None"]);
+    if (total) {
+      const ends = s.head_tail_applied ? ` (${count(s.head_tail_applied)} keeping head and tail)` : "";
+      out.push(["Tool outputs cut", `${count(s.truncated_results)} of ${count(total)}${ends}`]);
+    }
+  }
+  if (s.compacted_results) {
+    out.push(["Cleared by OpenCode", `${plural(s.compacted_results, "tool output")} already cleared by its compaction`]);
+  }
+  for (const [k, v] of Object.entries(s)) {
+    if (!FORK_FIELDS.has(k)) out.push([k, typeof v === "object" ? JSON.stringify(v) : String(v)]);
+  }
+  return out;
+}
 
 function field(dl, name, value) {
   if (value === null || value === undefined || value === "") return;
@@ -434,15 +613,20 @@ function renderDetail(id) {
     field(dl, "Attempts", `${task.tries.length}: ${task.tries.map((m) => m || "default").join(", ")}`);
   }
   if (task.retry_error) field(dl, "Last provider error", task.retry_error);
+  if (waitingTry(task)) field(dl, "Next try", retryText(task));
   const retry = p.retry;
-  if (retry) {
-    const next = retry.next ? `, next try ${fmtTime(retry.next)}` : "";
+  if (retry && ACTIVE.has(task.status)) {
+    const left = retry.next ? Math.ceil((retry.next - now()) / 1000) : null;
+    const when = retry.next ? ` (${new Date(retry.next).toLocaleTimeString()})` : "";
+    const next = left === null ? "" : left > 0 ? `; next try in ${left}s${when}` : `; next try now${when}`;
     field(dl, "OpenCode retrying", `attempt ${retry.attempt}: ${retry.message}${next}`);
   }
   if (task.pending_followups && task.pending_followups.length) {
     field(dl, "Queued follow-ups", String(task.pending_followups.length));
   }
-  field(dl, "Parent session", task.parent_session_id);
+  const parent = state.titles.get(task.parent_session_id);
+  const parentTitle = (full && full.parent_title) || (parent && parent.title);
+  field(dl, "Parent session", parentTitle ? `${parentTitle} (${task.parent_session_id})` : task.parent_session_id);
   field(dl, "Child session", task.session_id);
   field(dl, "Created", fmtTime(task.created_at));
   field(dl, "Ended", fmtTime(task.completed_at));
@@ -461,9 +645,7 @@ function renderDetail(id) {
   const fork = $("detail-fork");
   fork.replaceChildren();
   const stats = task.fork_stats || {};
-  for (const [k, v] of Object.entries(stats)) {
-    field(fork, k, typeof v === "object" ? JSON.stringify(v) : String(v));
-  }
+  for (const [name, text] of forkStatLines(stats)) field(fork, name, text);
   $("detail-fork-box").hidden = Object.keys(stats).length === 0;
   $("cancel").hidden = !ACTIVE.has(task.status);
 }

@@ -19,7 +19,10 @@ write never stalls other tasks. Guarantees shared by all stores:
   `delete_parent` removes it with its parent);
 - a key (id, session, parent, backend, owner) holding a NUL character matches nothing on every
   store: a lookup finds nothing (PostgreSQL text cannot hold NUL; it cannot store one either);
-- failures of the underlying database raise `StoreError` naming the file or DSN.
+- failures of the underlying database raise `StoreError` naming the file or DSN;
+- lists, searches, stats and change polls (`query_tasks`, `task_stats`, `changed_since`) run in
+  the store on indexed columns derived from each task when it is written (`queries`), so their
+  cost follows the page, not the number of stored tasks.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Protocol
 
 from ..admission import FRESH_MS, Caps, Entry
 from ..models import Notice, Task, TaskStatus
+from ..queries import TaskChanges, TaskPage, TaskQuery, TaskStats
 
 #: `update`'s callback: the new task and an optional notice to save with it in the same
 #: transaction, or None to leave the row unchanged. Sync and quick, without I/O: it runs while the
@@ -88,6 +92,18 @@ class TaskStore(Protocol):
         owner: str | None = None,
     ) -> list[Task]:
         """Tasks, newest first, filtered by every argument given."""
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        """One page of the tasks `query` selects, in its order, after its cursor (keyset paging:
+        stable under inserts); run in the store (indexes), never over every task in Python."""
+
+    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        """Counts by status and agent, tool calls by name and last-turn durations of a
+        backend's tasks (of one parent when given), computed in the store."""
+
+    async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        """A backend's tasks whose ``updated_at`` is ``>= since`` (oldest change first) and the
+        ids of its tasks cleared at or after `since` (remembered for `CLEARED_MEMORY_MS`)."""
 
     async def find_by_session(self, session_id: str) -> Task | None:
         """The newest task whose child session is `session_id`."""

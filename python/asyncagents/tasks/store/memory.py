@@ -13,6 +13,18 @@ from collections.abc import Collection
 from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
+from ..queries import (
+    CLEARED_MEMORY_MS,
+    TaskChanges,
+    TaskPage,
+    TaskQuery,
+    TaskStats,
+    add_usage,
+    has_nul,
+    matches,
+    sort_key,
+    stats_of,
+)
 from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import seconds_to_ms as _ms
 
@@ -25,6 +37,8 @@ class InMemoryTaskStore:
         self._tasks: dict[str, Task] = {}
         self._notices: dict[str, Notice] = {}
         self._leases: dict[str, tuple[str, int]] = {}
+        #: cleared task id -> (backend, when)
+        self._cleared: dict[str, tuple[str, int]] = {}
         #: (backend, parent) -> key of the parent's last admission
         self._turns: dict[tuple[str, str], int] = {}
 
@@ -104,8 +118,13 @@ class InMemoryTaskStore:
 
         with self._lock:
             gone = [t for t in self._tasks.values() if doomed(t.parent_session_id, t.backend)]
+            now = now_ms()
             for task in gone:
                 del self._tasks[task.id]
+                self._cleared[task.id] = (task.backend, now)
+            for task_id, (_, at) in list(self._cleared.items()):
+                if at < now - CLEARED_MEMORY_MS:
+                    del self._cleared[task_id]
             for notice in list(self._notices.values()):
                 if doomed(notice.parent_session_id, notice.backend):
                     del self._notices[notice.id]
@@ -114,6 +133,63 @@ class InMemoryTaskStore:
                     del self._turns[(of_backend, parent)]
         gone.sort(key=lambda t: (t.created_at, t.id), reverse=True)
         return gone
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        if query.matches_nothing:
+            return query.empty_page()
+        with self._lock:
+            found = [t for t in self._tasks.values() if matches(t, query)]
+            ordered = sorted(
+                found, key=lambda t: (sort_key(t, query.sort), t.id), reverse=query.descending
+            )
+            if query.after is not None:
+                mark = query.after
+
+                def after(t: Task) -> bool:
+                    key = (sort_key(t, query.sort), t.id)
+                    return key < mark if query.descending else key > mark
+
+                ordered = [t for t in ordered if after(t)]
+            page = [t.model_copy(deep=True) for t in ordered[: query.limit]]
+        more = len(ordered) > query.limit
+        last = page[-1] if page and more else None
+        return TaskPage(
+            tasks=page,
+            total=len(found) if query.count else None,
+            usage=add_usage(found) if query.count else None,
+            next_after=None if last is None else (sort_key(last, query.sort), last.id),
+        )
+
+    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        if has_nul(backend, parent_session_id):
+            return stats_of([])
+        with self._lock:
+            tasks = [
+                t
+                for t in self._tasks.values()
+                if t.backend == backend
+                and (parent_session_id is None or t.parent_session_id == parent_session_id)
+            ]
+            return stats_of(tasks)
+
+    async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        if has_nul(backend):
+            return TaskChanges(tasks=[], cleared=[])
+        with self._lock:
+            tasks = sorted(
+                (
+                    t.model_copy(deep=True)
+                    for t in self._tasks.values()
+                    if t.backend == backend and t.updated_at >= since
+                ),
+                key=lambda t: (t.updated_at, t.id),
+            )
+            cleared = sorted(
+                (at, task_id)
+                for task_id, (of, at) in self._cleared.items()
+                if of == backend and at >= since
+            )
+        return TaskChanges(tasks=tasks, cleared=[task_id for _, task_id in cleared])
 
     async def renew_lease(self, owner: str, backend: str, ttl: float) -> None:
         with self._lock:
@@ -158,6 +234,7 @@ class InMemoryTaskStore:
                 ready=t.ready,
                 owner=t.owner,
                 owner_live=self._lease_live(t.owner, now),
+                not_before=t.retry_at if t.status is TaskStatus.QUEUED else None,
             )
             for t in self._tasks.values()
             if t.backend == backend and t.status in PENDING_STATUSES
@@ -210,6 +287,7 @@ class InMemoryTaskStore:
             if task is None or task.status is not TaskStatus.QUEUED:
                 return None
             del self._tasks[task_id]
+            self._cleared[task_id] = (task.backend, now_ms())
             for notice in list(self._notices.values()):
                 if notice.task_id == task_id:
                     del self._notices[notice.id]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -35,19 +36,69 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
+from ..queries import (
+    CLEARED_MEMORY_MS,
+    DurationSummary,
+    TaskChanges,
+    TaskPage,
+    TaskQuery,
+    TaskStats,
+    duration_summary,
+    has_nul,
+    median_ranks,
+    percentile_rank,
+    stats_of,
+)
 from .base import PENDING_STATUSES, Mutation, QueueView
-from .rows import load_notice, load_task, seconds_to_ms
+from .rows import (
+    DERIVED_COLUMNS,
+    INSERT_MODEL,
+    PARENT_COUNTS,
+    PARENT_USAGE,
+    REBUILD_TOTALS,
+    TASK_MODELS_TABLE,
+    TOTAL_COUNTS,
+    TOTAL_USAGE,
+    TOTALS_TABLES,
+    USAGE_COLUMNS,
+    Deltas,
+    Footprint,
+    count_query,
+    counted_page,
+    derived,
+    like_pattern,
+    load_notice,
+    load_task,
+    merged,
+    removal_deltas,
+    removed_deltas,
+    seconds_to_ms,
+    stats_from,
+    total_deltas,
+    total_statements,
+)
+
+log = logging.getLogger("asyncagents.tasks.store")
 
 #: the row of ``asyncagents_meta`` that marks a schema as ours
 APPLICATION = "asyncagents-tasks"
-#: the schema version this code writes and reads (1: before the admission queue)
-SCHEMA_VERSION = 2
+#: the schema version this code writes and reads (1: before the admission queue, 2: before the
+#: queries' columns and running totals)
+SCHEMA_VERSION = 3
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: "now" in epoch ms on the server, fixed for one statement
 _NOW = "(extract(epoch from statement_timestamp()) * 1000)::bigint"
 _V1_TABLES = frozenset({"asyncagents_meta", "tasks", "notices", "leases"})
-_TABLES = _V1_TABLES | {"queue_turns"}
+_V2_TABLES = _V1_TABLES | {"queue_turns"}
+_TABLES = _V2_TABLES | {
+    "task_tools",
+    "task_models",
+    "cleared",
+    "task_counts",
+    "tool_totals",
+    "usage_totals",
+}
 #: text columns sort by code point (``COLLATE "C"``), like Python and SQLite
 _SCHEMA = (
     "CREATE TABLE asyncagents_meta (application TEXT NOT NULL, version INTEGER NOT NULL)",
@@ -77,13 +128,69 @@ _MIGRATE_1_TO_2 = (
     "admitted_at BIGINT NOT NULL, PRIMARY KEY (backend, parent_session_id))",
 )
 
-_TASK_COLUMNS = "id, data, backend, owner"
-_SAVE_TASK = (
-    "UPDATE tasks SET parent_session_id = %s, session_id = %s, status = %s, created_at = %s, "
-    "data = %s, backend = %s, owner = %s, agent = %s, model = %s, ready = %s WHERE id = %s"
+#: version 2 -> 3: the columns and indexes that let lists, searches, stats and change polls run
+#: in SQL (filled from each row's JSON by `_fill_derived`; ``agent`` is version 2's column,
+#: refilled), tool calls and usage by model, the running totals, cleared ids
+_MIGRATE_2_TO_3 = (
+    "ALTER TABLE tasks ADD COLUMN updated_at BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN duration_ms BIGINT",
+    "ALTER TABLE tasks ADD COLUMN search TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN tools_unrecorded INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN root_session_id TEXT NOT NULL DEFAULT ''",
+    *(
+        f"ALTER TABLE tasks ADD COLUMN {c} "
+        f"{'DOUBLE PRECISION' if c == 'cost' else 'BIGINT'} NOT NULL DEFAULT 0"
+        for c in USAGE_COLUMNS
+    ),
+    "CREATE INDEX tasks_by_created ON tasks (backend, created_at, id)",
+    "CREATE INDEX tasks_by_updated ON tasks (backend, updated_at, id)",
+    "CREATE INDEX tasks_counts ON tasks (backend, status, agent, tools_unrecorded)",
+    "CREATE INDEX tasks_agent ON tasks (backend, agent, created_at, id)",
+    "CREATE INDEX tasks_durations ON tasks (backend, duration_ms) WHERE duration_ms IS NOT NULL",
+    'CREATE TABLE task_tools (task_id TEXT COLLATE "C" NOT NULL, backend TEXT NOT NULL, '
+    "parent_session_id TEXT NOT NULL, tool TEXT NOT NULL, calls INTEGER NOT NULL, "
+    "PRIMARY KEY (task_id, tool))",
+    "CREATE INDEX task_tools_backend ON task_tools (backend, tool, calls)",
+    "CREATE INDEX task_tools_parent ON task_tools (backend, parent_session_id)",
+    *TASK_MODELS_TABLE,
+    'CREATE TABLE cleared (id TEXT COLLATE "C" PRIMARY KEY, backend TEXT NOT NULL, '
+    "cleared_at BIGINT NOT NULL)",
+    "CREATE INDEX cleared_at ON cleared (backend, cleared_at)",
+    "CREATE INDEX tasks_status_updated ON tasks (backend, status, updated_at, id)",
+    "CREATE INDEX tasks_agent_updated ON tasks (backend, agent, updated_at, id)",
+    *TOTALS_TABLES,
 )
+
+_TASK_COLUMNS = "id, data, backend, owner"
+#: the columns `_task_values` fills, in its order (the id last)
+_WRITTEN = ", ".join(
+    (
+        "parent_session_id",
+        "session_id",
+        "status",
+        "created_at",
+        "data",
+        "backend",
+        "owner",
+        "model",
+        "ready",
+        *DERIVED_COLUMNS,
+    )
+)
+_COLUMNS_WRITTEN = _WRITTEN.split(", ")
+_SAVE_TASK = f"UPDATE tasks SET {', '.join(c + ' = %s' for c in _COLUMNS_WRITTEN)} WHERE id = %s"
+_INSERT_TASK = (
+    f"INSERT INTO tasks ({_WRITTEN}, id) VALUES ({', '.join(['%s'] * len(_COLUMNS_WRITTEN))}, %s)"
+)
+_SORTS = {"created_at": "created_at", "updated_at": "updated_at"}
 _NOTICE_COLUMNS = "id, data, backend, claimed_by, claim_expires_at, next_attempt_at"
 _PENDING = sorted(s.value for s in PENDING_STATUSES)
+#: a queued try again's backoff end (`Task.retry_at`), read from the record's text (a broken
+#: record has none): only a queued row whose record has one is searched
+_NOT_BEFORE = (
+    "CASE WHEN status = 'queued' AND strpos(data, '\"retry_at\":null') = 0 "
+    "THEN substring(data from '\"retry_at\":([0-9]+)')::bigint END"
+)
 
 
 def redact_dsn(dsn: str) -> str:
@@ -100,6 +207,41 @@ def _has_nul(*values: object) -> bool:
     """Whether a text holds NUL, which PostgreSQL text cannot: no row can match it (a lookup
     finds nothing, as on the other stores), and it cannot be written."""
     return any(isinstance(v, str) and "\x00" in v for v in values)
+
+
+async def _add_totals(cur: psycopg.AsyncCursor[Any], deltas: Deltas) -> None:
+    """Apply changes to the running totals, in key order (so two writers never wait on each
+    other's rows in a cycle)."""
+    for sql, rows in total_statements(deltas, "%s"):
+        await cur.executemany(sql, rows)
+
+
+async def _remove_totals(conn: psycopg.AsyncConnection[Any], ids: list[str]) -> None:
+    """Take the tasks `ids` (their rows locked) out of the running totals and delete their tool
+    and model rows, before the tasks are deleted."""
+    counts, tools, usage = removal_deltas("id = ANY(%s)", "task_id = ANY(%s)")
+    read = []
+    for sql in (counts, tools, *usage):
+        cur = await conn.execute(sql, (ids,))
+        read.append(await cur.fetchall())
+    async with conn.cursor() as cur:
+        await _add_totals(cur, removed_deltas(read[0], read[1], [r for x in read[2:] for r in x]))
+    await conn.execute("DELETE FROM task_tools WHERE task_id = ANY(%s)", (ids,))
+    await conn.execute("DELETE FROM task_models WHERE task_id = ANY(%s)", (ids,))
+
+
+async def _cleared(conn: psycopg.AsyncConnection[Any], rows: Sequence[Sequence[Any]]) -> None:
+    """Remember the ids of deleted tasks (rows of `_TASK_COLUMNS`) for `changed_since`."""
+    now = now_ms()
+    if rows:
+        async with conn.cursor() as many:
+            await many.executemany(
+                "INSERT INTO cleared (id, backend, cleared_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (id) DO UPDATE SET backend = excluded.backend, "
+                "cleared_at = excluded.cleared_at",
+                [(r[0], r[2], now) for r in rows],
+            )
+    await conn.execute("DELETE FROM cleared WHERE cleared_at < %s", (now - CLEARED_MEMORY_MS,))
 
 
 def _where(clauses: Sequence[tuple[str, Any]]) -> tuple[str, list[Any]]:
@@ -226,8 +368,9 @@ class PostgresTaskStore:
             relations = {str(r[0]) for r in await cur.fetchall()}
             if not relations:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-                for statement in (*_SCHEMA, *_MIGRATE_1_TO_2):
+                for statement in (*_SCHEMA, *_MIGRATE_1_TO_2, *_MIGRATE_2_TO_3):
                     await conn.execute(statement)  # search_path points at the schema
+                await self._index_search(conn)
                 await conn.execute(
                     "INSERT INTO asyncagents_meta (application, version) VALUES (%s, %s)",
                     (APPLICATION, SCHEMA_VERSION),
@@ -249,12 +392,40 @@ class PostgresTaskStore:
                     return
                 if version == 1 and relations == _V1_TABLES:
                     await self._migrate_1_to_2(conn)
+                    await self._migrate_2_to_3(conn)
+                    return
+                if version == 2 and relations == _V2_TABLES:
+                    await self._migrate_2_to_3(conn)
                     return
             names = ", ".join(sorted(relations))
             raise StoreError(
                 f"{self._where}: the schema is not an asyncagents task store (it holds: "
                 f"{names}); it was left untouched. Give PostgresTaskStore another schema= or "
                 "database."
+            )
+
+    async def _index_search(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A trigram index on ``tasks.search`` (extension ``pg_trgm``), so a search of 3 or
+        more characters reads candidate rows from the index instead of every row. Without the
+        extension (not installed on the server, or the role may not create it) searches still
+        work, by a scan; a warning says so."""
+        try:
+            async with conn.transaction():  # a savepoint: a refusal leaves the rest intact
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+                cur = await conn.execute(
+                    "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n "
+                    "ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
+                )
+                row = await cur.fetchone()
+                assert row is not None
+                await conn.execute(
+                    f'CREATE INDEX tasks_search ON tasks USING gin (search "{row[0]}".gin_trgm_ops)'
+                )
+        except psycopg.Error as exc:
+            log.warning(
+                "%s: no trigram index for searches (pg_trgm: %s); searches scan the tasks",
+                self._where,
+                str(exc).strip(),
             )
 
     @staticmethod
@@ -271,6 +442,16 @@ class PostgresTaskStore:
                 continue
             if isinstance(agent, str):
                 await conn.execute("UPDATE tasks SET agent = %s WHERE id = %s", (agent, task_id))
+        await conn.execute("UPDATE asyncagents_meta SET version = 2")
+
+    async def _migrate_2_to_3(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Add the queries' columns, tables and running totals, filled from every task."""
+        for statement in _MIGRATE_2_TO_3:
+            await conn.execute(statement)
+        await self._fill_derived(conn)
+        for statement in REBUILD_TOTALS:
+            await conn.execute(statement)
+        await self._index_search(conn)
         await conn.execute("UPDATE asyncagents_meta SET version = %s", (SCHEMA_VERSION,))
 
     async def close(self) -> None:
@@ -324,21 +505,85 @@ class PostgresTaskStore:
             task.model_dump_json(),
             task.backend,
             task.owner,
-            task.agent,
             task.model,
             task.ready,
+            *derived(task),
             task.id,
         )
 
+    @staticmethod
+    async def _save_footprint(
+        conn: psycopg.AsyncConnection[Any],
+        task: Task,
+        before: Footprint | None,
+        *,
+        totals: bool = True,
+    ) -> Deltas:
+        """Keep the task's tool and model rows (``task_tools``, ``task_models``) and, with
+        `totals`, the running totals (``task_counts``, ``tool_totals``, ``usage_totals``) as the
+        task now says; `before` is its footprint as stored until now (None: a new task).
+        Returns the change of the totals (without `totals`, for the caller to apply)."""
+        after = Footprint.of(task)
+        async with conn.cursor() as cur:
+            if before is None or before[2] != after[2]:
+                if before is not None:
+                    await cur.execute("DELETE FROM task_tools WHERE task_id = %s", (task.id,))
+                rows = [
+                    (task.id, task.backend, task.parent_session_id, name, calls)
+                    for name, calls in task.progress.tools.items()
+                ]
+                if rows:
+                    await cur.executemany(
+                        "INSERT INTO task_tools (task_id, backend, parent_session_id, tool, "
+                        "calls) VALUES (%s, %s, %s, %s, %s)",
+                        rows,
+                    )
+            if before is None or before[3] != after[3]:
+                if before is not None:
+                    await cur.execute("DELETE FROM task_models WHERE task_id = %s", (task.id,))
+                backend, parent, _, models = after[3]
+                if models:
+                    await cur.executemany(
+                        INSERT_MODEL.format(p="%s"),
+                        [(task.id, backend, parent, model, *used) for model, used in models],
+                    )
+            deltas = total_deltas(before, after)
+            if totals:
+                await _add_totals(cur, deltas)
+        return deltas
+
+    async def _save_task(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        task: Task,
+        before: Footprint | None,
+        *,
+        totals: bool = True,
+    ) -> Deltas:
+        """Write a stored task's row, its tool and model rows and (with `totals`) the running
+        totals; returns the totals' change."""
+        await conn.execute(_SAVE_TASK, self._task_values(task))
+        return await self._save_footprint(conn, task, before, totals=totals)
+
+    async def _fill_derived(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Migration to version 3: the derived columns, tool rows and model rows of every stored
+        task (a row that does not load keeps its columns; its agent: version 2's)."""
+        await conn.execute(
+            "UPDATE tasks SET updated_at = created_at, root_session_id = parent_session_id"
+        )
+        cur = await conn.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")
+        for task in self._tasks(await cur.fetchall()):
+            await conn.execute(
+                f"UPDATE tasks SET {', '.join(c + ' = %s' for c in DERIVED_COLUMNS)} WHERE id = %s",
+                (*derived(task), task.id),
+            )
+            await self._save_footprint(conn, task, None, totals=False)
+
     async def insert(self, task: Task) -> None:
         self._check_writable(task.id, task.parent_session_id, task.session_id, task.backend)
-        await self._execute(
-            f"inserting task {task.id}",
-            "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
-            "backend, owner, agent, model, ready, id) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            self._task_values(task),
-        )
+        async with self._connection(f"inserting task {task.id}") as conn, conn.transaction():
+            await conn.execute(_INSERT_TASK, self._task_values(task))
+            await self._save_footprint(conn, task, None)
 
     async def get(self, task_id: str) -> Task | None:
         if _has_nul(task_id):
@@ -372,6 +617,7 @@ class PostgresTaskStore:
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (task_id,)
             )
             tasks = self._tasks(await cur.fetchall())
+            before = Footprint.of(tasks[0]) if tasks else None
             out = mutate(tasks[0]) if tasks else None
             if out is None:
                 return None
@@ -379,7 +625,7 @@ class PostgresTaskStore:
             self._check_writable(new.parent_session_id, new.session_id, new.backend, new.owner)
             if notice is not None:
                 self._check_writable(notice.id, notice.parent_session_id, notice.backend)
-            await conn.execute(_SAVE_TASK, self._task_values(new))
+            await self._save_task(conn, new, before)
             if notice is not None:
                 await conn.execute(
                     "INSERT INTO notices (parent_session_id, created_at, data, backend, "
@@ -447,14 +693,148 @@ class PostgresTaskStore:
         where, args = _where([("parent_session_id", parent_session_id), ("backend", backend)])
         what = f"deleting the tasks of parent {parent_session_id}"
         async with self._connection(what) as conn, conn.transaction():
+            # the rows locked first, then deleted by id: a task inserted meanwhile stays, and
+            # is in the totals
             cur = await conn.execute(
-                f"DELETE FROM tasks WHERE {where} RETURNING {_TASK_COLUMNS}, created_at", args
+                f"SELECT {_TASK_COLUMNS}, created_at FROM tasks WHERE {where} FOR UPDATE", args
             )
             rows = await cur.fetchall()
+            ids = [str(r[0]) for r in rows]
+            await _remove_totals(conn, ids)
+            await conn.execute("DELETE FROM tasks WHERE id = ANY(%s)", (ids,))
             await conn.execute(f"DELETE FROM notices WHERE {where}", args)
             await conn.execute(f"DELETE FROM queue_turns WHERE {where}", args)
+            await _cleared(conn, rows)
         rows.sort(key=lambda r: (r[4], r[0]), reverse=True)
         return self._tasks(rows)
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        if query.matches_nothing:
+            return query.empty_page()
+        where = ["backend = %s"]
+        args: list[Any] = [query.backend]
+        if query.parent_session_id is not None:
+            where.append("parent_session_id = %s")
+            args.append(query.parent_session_id)
+        if query.statuses is not None:
+            where.append("status = ANY(%s)")
+            args.append(sorted(s.value for s in query.statuses))
+        if query.agent is not None:
+            where.append("agent = %s")
+            args.append(query.agent)
+        if query.text:
+            where.append("search LIKE %s")  # served by the trigram index when there is one
+            args.append(like_pattern(query.text))
+        column = _SORTS[query.sort]
+        order = "DESC" if query.descending else "ASC"
+        page_where, page_args = list(where), list(args)
+        if query.after is not None:
+            page_where.append(f"({column}, id) {'<' if query.descending else '>'} (%s, %s)")
+            page_args.extend(query.after)
+        async with self._connection("querying tasks") as conn:
+            cur = await conn.execute(
+                f"SELECT {_TASK_COLUMNS}, {column} FROM tasks WHERE {' AND '.join(page_where)} "
+                f"ORDER BY {column} {order}, id {order} LIMIT %s",
+                [*page_args, query.limit + 1],
+            )
+            rows = await cur.fetchall()
+            total = usage = None
+            if query.count:
+                cur = await conn.execute(*count_query(query, where, args, "%s"))
+                found = await cur.fetchone()
+                assert found is not None
+                total, usage = counted_page(found)
+        more = len(rows) > query.limit
+        rows = rows[: query.limit]
+        last = rows[-1] if rows and more else None
+        return TaskPage(
+            tasks=self._tasks(rows),
+            total=total,
+            usage=usage,
+            next_after=None if last is None else (int(last[4]), str(last[0])),
+        )
+
+    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        if has_nul(backend, parent_session_id):
+            return stats_of([])
+        async with self._connection("counting tasks") as conn, conn.transaction():
+            # one snapshot for every count
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if parent_session_id is not None:
+                args: tuple[str, ...] = (backend, parent_session_id)
+                mine = "WHERE backend = %s AND parent_session_id = %s"
+                cur = await conn.execute(PARENT_COUNTS.format(p="%s"), args)
+                counts = await cur.fetchall()
+                cur = await conn.execute(
+                    f"SELECT tool, sum(calls) FROM task_tools {mine} GROUP BY tool", args
+                )
+                tools = await cur.fetchall()
+                cur = await conn.execute(
+                    f"SELECT duration_ms FROM tasks {mine} AND duration_ms IS NOT NULL", args
+                )
+                durations = duration_summary([int(r[0]) for r in await cur.fetchall()])
+                cur = await conn.execute(PARENT_USAGE.format(p="%s"), args * 3)
+                return stats_from(counts, tools, durations, await cur.fetchall())
+            cur = await conn.execute(TOTAL_COUNTS.format(p="%s"), (backend,))
+            counts = await cur.fetchall()
+            cur = await conn.execute(
+                "SELECT tool, calls FROM tool_totals WHERE backend = %s AND calls != 0",
+                (backend,),
+            )
+            tools = await cur.fetchall()
+            timed = sum(int(r[4]) for r in counts)
+            summary = DurationSummary()
+            if timed:
+                index = "FROM tasks WHERE backend = %s AND duration_ms IS NOT NULL"
+
+                async def ranked(rank: int) -> int:
+                    # walk the duration index from the nearer end
+                    order, skip = ("", rank - 1) if rank <= timed // 2 else ("DESC", timed - rank)
+                    cur = await conn.execute(
+                        f"SELECT duration_ms {index} ORDER BY duration_ms {order} "
+                        "LIMIT 1 OFFSET %s",
+                        (backend, skip),
+                    )
+                    row = await cur.fetchone()
+                    assert row is not None
+                    return int(row[0])
+
+                lo, hi = median_ranks(timed)
+                cur = await conn.execute(
+                    f"SELECT duration_ms {index} ORDER BY duration_ms LIMIT %s OFFSET %s",
+                    (backend, hi - lo + 1, lo - 1),
+                )
+                middle = [int(r[0]) for r in await cur.fetchall()]
+                low, high = middle[0], middle[-1]
+                summary = DurationSummary(
+                    count=timed,
+                    min_ms=await ranked(1),
+                    median_ms=low if lo == hi else (low + high) / 2,
+                    p95_ms=await ranked(percentile_rank(timed, 0.95)),
+                    max_ms=await ranked(timed),
+                )
+            cur = await conn.execute(TOTAL_USAGE.format(p="%s"), (backend,))
+            return stats_from(counts, tools, summary, await cur.fetchall())
+
+    async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        if has_nul(backend):
+            return TaskChanges(tasks=[], cleared=[])
+        async with self._connection("reading changed tasks") as conn:
+            cur = await conn.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = %s AND updated_at >= %s "
+                "ORDER BY updated_at, id",
+                (backend, since),
+            )
+            tasks = self._tasks(await cur.fetchall())
+            cur = await conn.execute(
+                "SELECT id FROM cleared WHERE backend = %s AND cleared_at >= %s "
+                "ORDER BY cleared_at, id",
+                (backend, since),
+            )
+            cleared = [str(r[0]) for r in await cur.fetchall()]
+        return TaskChanges(tasks=tasks, cleared=cleared)
 
     # --- ownership -------------------------------------------------------------------------------
 
@@ -513,7 +893,8 @@ class PostgresTaskStore:
         cur = await conn.execute(
             "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
             "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner "
-            f"AND l.expires_at > {_NOW}) FROM tasks WHERE backend = %s AND status = ANY(%s)",
+            f"AND l.expires_at > {_NOW}), {_NOT_BEFORE} FROM tasks "
+            "WHERE backend = %s AND status = ANY(%s)",
             (backend, _PENDING),
         )
         entries = [
@@ -527,6 +908,7 @@ class PostgresTaskStore:
                 ready=bool(r[6]),
                 owner=r[7],
                 owner_live=bool(r[8]),
+                not_before=int(r[9]) if r[9] is not None else None,
             )
             for r in await cur.fetchall()
         ]
@@ -588,6 +970,7 @@ class PostgresTaskStore:
                 now=now,
                 fresh_ms=fresh_ms,
             )
+            changes: list[Deltas] = []
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
             ):
@@ -595,10 +978,12 @@ class PostgresTaskStore:
                     f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s FOR UPDATE", (entry.id,)
                 )
                 tasks = self._tasks(await cur.fetchall())
+                # before `admitted`, which may change the task it is given
+                before = Footprint.of(tasks[0]) if tasks else None
                 changed = admitted(tasks[0], owner, now, include) if tasks else None
                 if changed is None:
                     continue  # cancelled or cleared since the count (it waited for our lock)
-                await conn.execute(_SAVE_TASK, self._task_values(changed))
+                changes.append(await self._save_task(conn, changed, before, totals=False))
                 await conn.execute(
                     "INSERT INTO queue_turns (backend, parent_session_id, admitted_at) "
                     "VALUES (%s, %s, %s) ON CONFLICT (backend, parent_session_id) "
@@ -606,14 +991,29 @@ class PostgresTaskStore:
                     (backend, entry.parent, key),
                 )
                 out.append(changed)
+            # the totals of every admitted task at once, in key order, as every writer takes
+            # them (task by task, two writers could wait on each other's rows)
+            async with conn.cursor() as totals:
+                await _add_totals(totals, merged(changes))
         return out
 
     async def delete_queued(self, task_id: str) -> Task | None:
-        rows = await self._fetch(
-            f"deleting queued task {task_id}",
-            f"DELETE FROM tasks WHERE id = %s AND status = %s RETURNING {_TASK_COLUMNS}",
-            (task_id, TaskStatus.QUEUED.value),
-        )
+        if _has_nul(task_id):
+            return None
+        async with (
+            self._connection(f"deleting queued task {task_id}") as conn,
+            conn.transaction(),
+        ):
+            cur = await conn.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = %s AND status = %s FOR UPDATE",
+                (task_id, TaskStatus.QUEUED.value),
+            )
+            rows = await cur.fetchall()
+            if not rows:
+                return None
+            await _remove_totals(conn, [task_id])
+            await conn.execute("DELETE FROM tasks WHERE id = %s", (task_id,))
+            await _cleared(conn, rows)
         tasks = self._tasks(rows)
         return tasks[0] if tasks else None
 

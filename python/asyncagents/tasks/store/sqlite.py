@@ -27,15 +27,53 @@ from typing import Any, TypeVar
 from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
+from ..queries import (
+    CLEARED_MEMORY_MS,
+    DurationSummary,
+    TaskChanges,
+    TaskPage,
+    TaskQuery,
+    TaskStats,
+    duration_summary,
+    has_nul,
+    median_ranks,
+    percentile_rank,
+    stats_of,
+)
 from .base import PENDING_STATUSES, Mutation, QueueView
-from .rows import load_notice, load_task, seconds_to_ms
+from .rows import (
+    DERIVED_COLUMNS,
+    INSERT_MODEL,
+    PARENT_COUNTS,
+    PARENT_USAGE,
+    REBUILD_TOTALS,
+    TASK_MODELS_TABLE,
+    TOTAL_COUNTS,
+    TOTAL_USAGE,
+    TOTALS_TABLES,
+    USAGE_COLUMNS,
+    Deltas,
+    Footprint,
+    count_query,
+    counted_page,
+    derived,
+    load_notice,
+    load_task,
+    merged,
+    removal_deltas,
+    removed_deltas,
+    seconds_to_ms,
+    stats_from,
+    total_deltas,
+    total_statements,
+)
 
 T = TypeVar("T")
 
 #: ``PRAGMA application_id`` of an asyncagents task store ("AsAg")
 APPLICATION_ID = 0x41734167
 #: ``PRAGMA user_version`` this code writes; version 1 is the first release's layout (no pragmas)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: the first release's tables, exactly; also the base the current schema is migrated from
 _V1_SCHEMA = (
@@ -92,10 +130,80 @@ _MIGRATE_2_TO_3 = (
     "CREATE TABLE queue_turns (backend TEXT NOT NULL, parent_session_id TEXT NOT NULL, "
     "admitted_at INTEGER NOT NULL, PRIMARY KEY (backend, parent_session_id))",
 )
-_CURRENT_TABLES = {
+_V3_TABLES = {
     **_V2_TABLES,
     "tasks": [*_V2_TABLES["tasks"], "agent", "model", "ready"],
     "queue_turns": ["backend", "parent_session_id", "admitted_at"],
+}
+#: version 3 -> 4: the columns and indexes that let lists, searches, stats and change polls run
+#: in SQL (their values come from each row's JSON, filled in by `_fill_derived`; ``agent`` is
+#: version 3's column, refilled), the tool calls and usage by name, the running totals, and the
+#: ids of cleared tasks (for readers that poll for changes)
+_MIGRATE_3_TO_4 = (
+    "ALTER TABLE tasks ADD COLUMN updated_at INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN duration_ms INTEGER",
+    "ALTER TABLE tasks ADD COLUMN search TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN tools_unrecorded INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tasks ADD COLUMN root_session_id TEXT NOT NULL DEFAULT ''",
+    *(
+        f"ALTER TABLE tasks ADD COLUMN {c} {'REAL' if c == 'cost' else 'INTEGER'} "
+        "NOT NULL DEFAULT 0"
+        for c in USAGE_COLUMNS
+    ),
+    "CREATE INDEX tasks_by_created ON tasks (backend, created_at, id)",
+    "CREATE INDEX tasks_by_updated ON tasks (backend, updated_at, id)",
+    "CREATE INDEX tasks_counts ON tasks (backend, status, agent, tools_unrecorded)",
+    "CREATE INDEX tasks_agent ON tasks (backend, agent, created_at, id)",
+    "CREATE INDEX tasks_durations ON tasks (backend, duration_ms) WHERE duration_ms IS NOT NULL",
+    "CREATE TABLE task_tools (task_id TEXT NOT NULL, backend TEXT NOT NULL, "
+    "parent_session_id TEXT NOT NULL, tool TEXT NOT NULL, calls INTEGER NOT NULL, "
+    "PRIMARY KEY (task_id, tool))",
+    "CREATE INDEX task_tools_backend ON task_tools (backend, tool, calls)",
+    "CREATE INDEX task_tools_parent ON task_tools (backend, parent_session_id)",
+    *TASK_MODELS_TABLE,
+    "CREATE TABLE cleared (id TEXT PRIMARY KEY, backend TEXT NOT NULL, "
+    "cleared_at INTEGER NOT NULL)",
+    "CREATE INDEX cleared_at ON cleared (backend, cleared_at)",
+    "CREATE INDEX tasks_status_updated ON tasks (backend, status, updated_at, id)",
+    "CREATE INDEX tasks_agent_updated ON tasks (backend, agent, updated_at, id)",
+    *TOTALS_TABLES,
+)
+#: the search index, made after `_fill_derived` (then built from the filled column): trigrams of
+#: ``tasks.search`` (FTS5, external content), kept in step by triggers; a search of 3 or more
+#: characters reads the candidate rows from it and checks each with ``instr``. Its rowids are
+#: the tasks' rowids: after a ``VACUUM`` (which may renumber them) run
+#: ``INSERT INTO task_search (task_search) VALUES ('rebuild')``.
+_SEARCH_INDEX = (
+    "CREATE VIRTUAL TABLE task_search USING fts5(search, content='tasks', "
+    "content_rowid='rowid', tokenize='trigram', detail='none')",
+    "CREATE TRIGGER tasks_search_insert AFTER INSERT ON tasks BEGIN "
+    "INSERT INTO task_search (rowid, search) VALUES (new.rowid, new.search); END",
+    "CREATE TRIGGER tasks_search_delete AFTER DELETE ON tasks BEGIN "
+    "INSERT INTO task_search (task_search, rowid, search) VALUES ('delete', old.rowid, "
+    "old.search); END",
+    "CREATE TRIGGER tasks_search_update AFTER UPDATE OF search ON tasks "
+    "WHEN old.search IS NOT new.search BEGIN "
+    "INSERT INTO task_search (task_search, rowid, search) VALUES ('delete', old.rowid, "
+    "old.search); INSERT INTO task_search (rowid, search) VALUES (new.rowid, new.search); END",
+    "INSERT INTO task_search (task_search) VALUES ('rebuild')",
+)
+#: a search this long or longer uses the trigram index
+_INDEXED_SEARCH = 3
+_CURRENT_TABLES = {
+    **_V3_TABLES,
+    "tasks": [*_V3_TABLES["tasks"], *DERIVED_COLUMNS[1:]],
+    "task_tools": ["task_id", "backend", "parent_session_id", "tool", "calls"],
+    "task_models": ["task_id", "backend", "parent_session_id", "model", *USAGE_COLUMNS],
+    "cleared": ["id", "backend", "cleared_at"],
+    "task_counts": ["backend", "status", "agent", "tasks", "unrecorded", "timed", *USAGE_COLUMNS],
+    "tool_totals": ["backend", "tool", "calls"],
+    "usage_totals": ["backend", "kind", "key", "tasks", *USAGE_COLUMNS],
+    # the search index and its shadow tables (FTS5)
+    "task_search": ["search"],
+    "task_search_data": ["id", "block"],
+    "task_search_idx": ["segid", "term", "pgno"],
+    "task_search_docsize": ["id", "sz"],
+    "task_search_config": ["k", "v"],
 }
 
 #: ``data`` travels as UTF-8 bytes both ways (SQLite converts to and from TEXT): no Python-side
@@ -103,6 +211,33 @@ _CURRENT_TABLES = {
 _TASK_COLUMNS = "id, CAST(data AS BLOB), backend, owner"
 _NOTICE_COLUMNS = "id, CAST(data AS BLOB), backend, claimed_by, claim_expires_at, next_attempt_at"
 _PENDING = tuple(sorted(s.value for s in PENDING_STATUSES))
+#: the columns `_task_values` fills, in its order (the id last)
+_WRITTEN = ", ".join(
+    (
+        "parent_session_id",
+        "session_id",
+        "status",
+        "created_at",
+        "data",
+        "backend",
+        "owner",
+        "model",
+        "ready",
+        *DERIVED_COLUMNS,
+    )
+)
+_UPDATED = ", ".join(
+    f"{c} = CAST(? AS TEXT)" if c == "data" else f"{c} = ?" for c in _WRITTEN.split(", ")
+)
+_PLACES = ", ".join("CAST(? AS TEXT)" if c == "data" else "?" for c in _WRITTEN.split(", "))
+#: the sort columns `query_tasks` may use
+_SORTS = {"created_at": "created_at", "updated_at": "updated_at"}
+#: a queued try again's backoff end (`Task.retry_at`), read from the record: only a queued row
+#: whose record has one is parsed (and a broken record has none)
+_NOT_BEFORE = (
+    "CASE WHEN status = 'queued' AND instr(data, '\"retry_at\":null') = 0 AND json_valid(data) "
+    "THEN json_extract(data, '$.retry_at') END"
+)
 
 
 def _json(record: Task | Notice) -> bytes:
@@ -117,6 +252,51 @@ def _rollback(db: sqlite3.Connection) -> None:
             db.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+
+
+def _add_totals(db: sqlite3.Connection, deltas: Deltas) -> None:
+    """Apply changes to the running totals (in key order)."""
+    for sql, rows in total_statements(deltas, "?"):
+        db.executemany(sql, rows)
+
+
+def _remove_totals(db: sqlite3.Connection, where: str, rows_where: str, args: Any) -> None:
+    """Take the tasks `where` selects out of the running totals and delete their tool and model
+    rows (`rows_where` selects those), before the tasks are deleted."""
+    counts, tools, usage = removal_deltas(where, rows_where)
+    _add_totals(
+        db,
+        removed_deltas(
+            db.execute(counts, args).fetchall(),
+            db.execute(tools, args).fetchall(),
+            [r for sql in usage for r in db.execute(sql, args).fetchall()],
+        ),
+    )
+    db.execute(f"DELETE FROM task_tools WHERE {rows_where}", args)
+    db.execute(f"DELETE FROM task_models WHERE {rows_where}", args)
+
+
+def _cleared(db: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> None:
+    """Remember the ids of deleted tasks (rows of `_TASK_COLUMNS`) for `changed_since`."""
+    now = now_ms()
+    db.executemany(
+        "INSERT OR REPLACE INTO cleared (id, backend, cleared_at) VALUES (?, ?, ?)",
+        [(r[0], r[2], now) for r in rows],
+    )
+    db.execute("DELETE FROM cleared WHERE cleared_at < ?", (now - CLEARED_MEMORY_MS,))
+
+
+def _parent_stats(db: sqlite3.Connection, backend: str, parent: str) -> TaskStats:
+    """The stats of one parent's tasks (a few: read through the parent's indexes)."""
+    args = (backend, parent)
+    mine = "WHERE backend = ? AND parent_session_id = ?"
+    counts = db.execute(PARENT_COUNTS.format(p="?"), args).fetchall()
+    tools = db.execute(f"SELECT tool, sum(calls) FROM task_tools {mine} GROUP BY tool", args)
+    durations = db.execute(
+        f"SELECT duration_ms FROM tasks {mine} AND duration_ms IS NOT NULL", args
+    ).fetchall()
+    usage = db.execute(PARENT_USAGE.format(p="?"), args * 3).fetchall()
+    return stats_from(counts, tools.fetchall(), duration_summary([r[0] for r in durations]), usage)
 
 
 def _exec(sql: str, *args: Any) -> Callable[[sqlite3.Connection], None]:
@@ -212,7 +392,15 @@ class SQLiteTaskStore:
                     if version <= 1:
                         for statement in _MIGRATE_1_TO_2:
                             db.execute(statement)
-                    for statement in _MIGRATE_2_TO_3:
+                    if version <= 2:
+                        for statement in _MIGRATE_2_TO_3:
+                            db.execute(statement)
+                    for statement in _MIGRATE_3_TO_4:
+                        db.execute(statement)
+                    self._fill_derived(db)
+                    for statement in REBUILD_TOTALS:
+                        db.execute(statement)
+                    for statement in _SEARCH_INDEX:
                         db.execute(statement)
                     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -249,8 +437,8 @@ class SQLiteTaskStore:
             pause = min(pause * 2, 0.05)
 
     def _check(self, db: sqlite3.Connection) -> int:
-        """The file's schema version: 0 empty, 1 first release, 2, 3 current; else
-        `StoreError`."""
+        """The file's schema version: 0 empty, 1 first release, 2, 3 (the admission queue), 4
+        current; else `StoreError`."""
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
         version = db.execute("PRAGMA user_version").fetchone()[0]
         objects = db.execute(
@@ -270,6 +458,8 @@ class SQLiteTaskStore:
                 )
             if version == SCHEMA_VERSION and tables == _CURRENT_TABLES:
                 return SCHEMA_VERSION
+            if version == 3 and tables == _V3_TABLES:
+                return 3
             if version == 2 and tables == _V2_TABLES:
                 return 2
         elif app_id == 0 and version == 0:
@@ -317,20 +507,67 @@ class SQLiteTaskStore:
             _json(task),
             task.backend,
             task.owner,
-            task.agent,
             task.model,
             1 if task.ready else 0,
+            *derived(task),
             task.id,
         )
 
     @staticmethod
-    def _save_task(db: sqlite3.Connection, task: Task) -> None:
-        db.execute(
-            "UPDATE tasks SET parent_session_id = ?, session_id = ?, status = ?, "
-            "created_at = ?, data = CAST(? AS TEXT), backend = ?, owner = ?, agent = ?, "
-            "model = ?, ready = ? WHERE id = ?",
-            SQLiteTaskStore._task_values(task),
-        )
+    def _save_footprint(
+        db: sqlite3.Connection, task: Task, before: Footprint | None, *, totals: bool = True
+    ) -> Deltas:
+        """Keep the task's tool and model rows (``task_tools``, ``task_models``) and, with
+        `totals`, the running totals (``task_counts``, ``tool_totals``, ``usage_totals``) as the
+        task now says; `before` is its footprint as stored until now (None: a new task).
+        Returns the change of the totals (without `totals`, for the caller to apply)."""
+        after = Footprint.of(task)
+        if before is None or before[2] != after[2]:
+            if before is not None:
+                db.execute("DELETE FROM task_tools WHERE task_id = ?", (task.id,))
+            db.executemany(
+                "INSERT INTO task_tools (task_id, backend, parent_session_id, tool, calls) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [
+                    (task.id, task.backend, task.parent_session_id, name, calls)
+                    for name, calls in task.progress.tools.items()
+                ],
+            )
+        if before is None or before[3] != after[3]:
+            if before is not None:
+                db.execute("DELETE FROM task_models WHERE task_id = ?", (task.id,))
+            backend, parent, _, models = after[3]
+            db.executemany(
+                INSERT_MODEL.format(p="?"),
+                [(task.id, backend, parent, model, *used) for model, used in models],
+            )
+        deltas = total_deltas(before, after)
+        if totals:
+            _add_totals(db, deltas)
+        return deltas
+
+    @staticmethod
+    def _save_task(
+        db: sqlite3.Connection, task: Task, before: Footprint | None, *, totals: bool = True
+    ) -> Deltas:
+        """Write a stored task's row, its tool and model rows and (with `totals`) the running
+        totals; returns the totals' change."""
+        db.execute(f"UPDATE tasks SET {_UPDATED} WHERE id = ?", SQLiteTaskStore._task_values(task))
+        return SQLiteTaskStore._save_footprint(db, task, before, totals=totals)
+
+    def _fill_derived(self, db: sqlite3.Connection) -> None:
+        """Migration to version 4: the derived columns, tool rows and model rows of every stored
+        task."""
+        db.execute("UPDATE tasks SET updated_at = created_at, root_session_id = parent_session_id")
+        for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks").fetchall():
+            task = self._task(row)
+            if task is None:
+                continue  # keeps the columns it has (its agent: version 3's)
+            db.execute(
+                f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in DERIVED_COLUMNS)} WHERE id = ?",
+                (*derived(task), task.id),
+            )
+            self._save_footprint(db, task, None, totals=False)
 
     @staticmethod
     def _save_notice(db: sqlite3.Connection, notice: Notice) -> None:
@@ -353,11 +590,10 @@ class SQLiteTaskStore:
     async def insert(self, task: Task) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute(
-                "INSERT INTO tasks (parent_session_id, session_id, status, created_at, data, "
-                "backend, owner, agent, model, ready, id) "
-                "VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO tasks ({_WRITTEN}, id) VALUES ({_PLACES}, ?)",
                 self._task_values(task),
             )
+            self._save_footprint(db, task, None)
 
         await self._write(f"inserting task {task.id}", work)
 
@@ -388,11 +624,12 @@ class SQLiteTaskStore:
             row = db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
             found = row.fetchone()
             task = None if found is None else self._task(found)
+            before = None if task is None else Footprint.of(task)
             out = None if task is None else mutate(task)
             if out is None:
                 return None
             new, notice = out
-            self._save_task(db, new)
+            self._save_task(db, new, before)
             if notice is not None:
                 self._save_notice(db, notice)
             return new, notice
@@ -407,7 +644,14 @@ class SQLiteTaskStore:
         backend: str | None = None,
         owner: str | None = None,
     ) -> list[Task]:
-        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE 1 = 1"
+        # a backend's active tasks (a manager's periodic checks) are few among many ended
+        # ones: read them through the status index, not the one that gives the order
+        hint = (
+            " INDEXED BY tasks_backend_status"
+            if backend is not None and statuses is not None and parent_session_id is None
+            else ""
+        )
+        sql = f"SELECT {_TASK_COLUMNS} FROM tasks{hint} WHERE 1 = 1"
         args: list[Any] = []
         for column, value in (
             ("parent_session_id", parent_session_id),
@@ -450,12 +694,133 @@ class SQLiteTaskStore:
                 "ORDER BY created_at DESC, id DESC",
                 args,
             ).fetchall()
+            _remove_totals(db, where, where, args)
             db.execute(f"DELETE FROM tasks WHERE {where}", args)
             db.execute(f"DELETE FROM notices WHERE {where}", args)
             db.execute(f"DELETE FROM queue_turns WHERE {where}", args)
+            _cleared(db, rows)
             return self._tasks(rows)
 
         return await self._write(f"deleting the tasks of parent {parent_session_id}", work)
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        if query.matches_nothing:
+            return query.empty_page()
+        where = ["backend = ?"]
+        args: list[Any] = [query.backend]
+        if query.parent_session_id is not None:
+            where.append("parent_session_id = ?")
+            args.append(query.parent_session_id)
+        if query.statuses is not None:
+            values = sorted(s.value for s in query.statuses)
+            where.append(f"status IN ({', '.join('?' * len(values))})")
+            args.extend(values)
+        if query.agent is not None:
+            where.append("agent = ?")
+            args.append(query.agent)
+        if query.text:
+            needle = query.text.casefold()
+            if len(needle) >= _INDEXED_SEARCH:
+                # the index's LIKE finds candidates (``%`` and ``_`` in the needle only widen
+                # it); ``instr`` keeps the exact matches
+                where.append("rowid IN (SELECT rowid FROM task_search WHERE search LIKE ?)")
+                args.append(f"%{needle}%")
+            where.append("instr(search, ?) > 0")
+            args.append(needle)
+        column = _SORTS[query.sort]
+        order = "DESC" if query.descending else "ASC"
+        page_where, page_args = list(where), list(args)
+        if query.after is not None:
+            page_where.append(f"({column}, id) {'<' if query.descending else '>'} (?, ?)")
+            page_args.extend(query.after)
+        sql = (
+            f"SELECT {_TASK_COLUMNS}, {column} FROM tasks WHERE {' AND '.join(page_where)} "
+            f"ORDER BY {column} {order}, id {order} LIMIT ?"
+        )
+
+        def work(db: sqlite3.Connection) -> TaskPage:
+            rows = db.execute(sql, [*page_args, query.limit + 1]).fetchall()
+            more = len(rows) > query.limit
+            rows = rows[: query.limit]
+            total = usage = None
+            if query.count:
+                count_sql, count_args = count_query(query, where, args, "?")
+                total, usage = counted_page(db.execute(count_sql, count_args).fetchone())
+            last = rows[-1] if rows and more else None
+            return TaskPage(
+                tasks=self._tasks(rows),
+                total=total,
+                usage=usage,
+                next_after=None if last is None else (int(last[4]), str(last[0])),
+            )
+
+        return await self._run("querying tasks", work)
+
+    async def task_stats(self, backend: str, parent_session_id: str | None = None) -> TaskStats:
+        if has_nul(backend, parent_session_id):
+            return stats_of([])
+        if parent_session_id is not None:
+            return await self._run(
+                "counting tasks", lambda db: _parent_stats(db, backend, parent_session_id)
+            )
+
+        def work(db: sqlite3.Connection) -> TaskStats:
+            counts = db.execute(TOTAL_COUNTS.format(p="?"), (backend,)).fetchall()
+            tools = db.execute(
+                "SELECT tool, calls FROM tool_totals WHERE backend = ? AND calls != 0", (backend,)
+            ).fetchall()
+            timed = sum(r[4] for r in counts)
+            durations = DurationSummary()
+            if timed:
+                index = "FROM tasks WHERE backend = ? AND duration_ms IS NOT NULL"
+
+                def ranked(rank: int) -> int:
+                    # walk the index from the nearer end
+                    order, skip = ("", rank - 1) if rank <= timed // 2 else ("DESC", timed - rank)
+                    row = db.execute(
+                        f"SELECT duration_ms {index} ORDER BY duration_ms {order} LIMIT 1 OFFSET ?",
+                        (backend, skip),
+                    ).fetchone()
+                    return int(row[0])
+
+                lo, hi = median_ranks(timed)
+                middle = db.execute(
+                    f"SELECT duration_ms {index} ORDER BY duration_ms LIMIT ? OFFSET ?",
+                    (backend, hi - lo + 1, lo - 1),
+                ).fetchall()
+                low, high = int(middle[0][0]), int(middle[-1][0])
+                durations = DurationSummary(
+                    count=timed,
+                    min_ms=ranked(1),
+                    median_ms=low if lo == hi else (low + high) / 2,
+                    p95_ms=ranked(percentile_rank(timed, 0.95)),
+                    max_ms=ranked(timed),
+                )
+            usage = db.execute(TOTAL_USAGE.format(p="?"), (backend,)).fetchall()
+            return stats_from(counts, tools, durations, usage)
+
+        return await self._run("counting tasks", work)
+
+    async def changed_since(self, backend: str, since: int) -> TaskChanges:
+        if has_nul(backend):
+            return TaskChanges(tasks=[], cleared=[])
+
+        def work(db: sqlite3.Connection) -> TaskChanges:
+            rows = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = ? AND updated_at >= ? "
+                "ORDER BY updated_at, id",
+                (backend, since),
+            ).fetchall()
+            cleared = db.execute(
+                "SELECT id FROM cleared WHERE backend = ? AND cleared_at >= ? "
+                "ORDER BY cleared_at, id",
+                (backend, since),
+            ).fetchall()
+            return TaskChanges(tasks=self._tasks(rows), cleared=[r[0] for r in cleared])
+
+        return await self._run("reading changed tasks", work)
 
     # --- ownership -------------------------------------------------------------------------------
 
@@ -478,7 +843,8 @@ class SQLiteTaskStore:
     async def take_over(self, owner: str, backend: str, limit: int = 500) -> list[Task]:
         def work(db: sqlite3.Connection) -> list[Task]:
             rows = db.execute(
-                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE backend = ? AND status IN (?, ?, ?) "
+                f"SELECT {_TASK_COLUMNS} FROM tasks INDEXED BY tasks_backend_status "
+                "WHERE backend = ? AND status IN (?, ?, ?) "
                 "AND (owner IS NULL OR owner != ?) AND NOT EXISTS (SELECT 1 FROM leases "
                 "WHERE leases.owner = tasks.owner AND leases.expires_at > ?) "
                 "ORDER BY created_at, id LIMIT ?",
@@ -496,8 +862,11 @@ class SQLiteTaskStore:
     def _queue_view(db: sqlite3.Connection, backend: str) -> QueueView:
         rows = db.execute(
             "SELECT id, parent_session_id, status, created_at, agent, model, ready, owner, "
-            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?) "
-            "FROM tasks WHERE backend = ? AND status IN (?, ?, ?)",
+            "EXISTS (SELECT 1 FROM leases l WHERE l.owner = tasks.owner AND l.expires_at > ?), "
+            # the pending tasks are few among many ended ones: through the status index (with a
+            # store's statistics, the planner may think a scan of every task cheaper)
+            f"{_NOT_BEFORE} FROM tasks INDEXED BY tasks_backend_status "
+            "WHERE backend = ? AND status IN (?, ?, ?)",
             (now_ms(), backend, *_PENDING),
         ).fetchall()
         entries = [
@@ -511,6 +880,7 @@ class SQLiteTaskStore:
                 ready=bool(r[6]),
                 owner=r[7],
                 owner_live=bool(r[8]),
+                not_before=r[9] if isinstance(r[9], int) else None,
             )
             for r in rows
         ]
@@ -548,6 +918,7 @@ class SQLiteTaskStore:
                 fresh_ms=fresh_ms,
             )
             out: list[Task] = []
+            changes: list[Deltas] = []
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
             ):
@@ -555,10 +926,13 @@ class SQLiteTaskStore:
                     f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (entry.id,)
                 ).fetchone()
                 task = None if row is None else self._task(row)
-                changed = None if task is None else admitted(task, owner, now, include)
+                if task is None:
+                    continue
+                before = Footprint.of(task)  # `admitted` may change the task it is given
+                changed = admitted(task, owner, now, include)
                 if changed is None:
                     continue
-                self._save_task(db, changed)
+                changes.append(self._save_task(db, changed, before, totals=False))
                 db.execute(
                     "INSERT INTO queue_turns (backend, parent_session_id, admitted_at) "
                     "VALUES (?, ?, ?) ON CONFLICT (backend, parent_session_id) "
@@ -566,6 +940,7 @@ class SQLiteTaskStore:
                     (backend, entry.parent, key),
                 )
                 out.append(changed)
+            _add_totals(db, merged(changes))
             return out
 
         def anything(db: sqlite3.Connection) -> bool:
@@ -597,7 +972,9 @@ class SQLiteTaskStore:
             ).fetchone()
             if row is None:
                 return None
+            _remove_totals(db, "id = ?", "task_id = ?", (task_id,))
             db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+            _cleared(db, [row])
             db.execute("DELETE FROM notices WHERE json_valid(data) AND "
                        "json_extract(data, '$.task_id') = ?", (task_id,))  # fmt: skip
             return self._task(row)
