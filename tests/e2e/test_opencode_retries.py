@@ -189,7 +189,8 @@ async def test_a_try_again_waits_in_the_queue_and_the_cap_holds_meanwhile(
         a = await manager.task(parent, first, AGENT, "tried again")
         b = await manager.task(parent, second, AGENT, "meanwhile")
         assert (a.status, b.status) == (TaskStatus.RUNNING, TaskStatus.QUEUED)
-        sessions = {a.session_id, b.session_id}
+        # both sessions are created right away, in the background (a queued task's too)
+        sessions = {await session_of(manager, a.id), await session_of(manager, b.id)}
         most = 0
         samples = 0
         waiting: list[str] = []
@@ -235,5 +236,5 @@ async def test_a_try_again_waits_in_the_queue_and_the_cap_holds_meanwhile(
         "call asyncagents_output again with block=true to wait.",
         "Usage: 0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00.",
     ]
-    assert a.session_id is not None
-    assert _users(await backend.messages(a.session_id)) == [first, first]
+    assert final_a.session_id is not None
+    assert _users(await backend.messages(final_a.session_id)) == [first, first]
