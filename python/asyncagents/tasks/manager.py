@@ -402,8 +402,9 @@ class TaskManager:
             root_session_id=root,
             limits=asked,
         )
-        if self.launcher.unreachable:
-            # the server could not be reached lately: hear of it now rather than in a notice
+        if self.launcher.unreachable or getattr(self.backend, "refusing", False) is True:
+            # the server could not be reached lately, or refused our credentials: hear of it
+            # now rather than in a notice
             task = with_session(task, await self.launcher.new_session(task))
         try:
             await self.store.insert(task)
