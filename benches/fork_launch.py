@@ -5,15 +5,17 @@ Timed from outside the product: the backend is `OpenCodeBackend` with each call 
 time-stamped around (a subclass), and the fork pipeline is `build_fork_context` timed around.
 For each launch:
 
-- ``task()``: from the call to its return (it creates the child session and stores the task);
-- then, in the background: ``GET /session/{id}/message``, the pipeline (on a worker thread),
-  the injection (a ``noReply`` prompt with the context), the prompt (``prompt_async``), and the
-  gaps between them (the event loop, the thread hop, the task store).
+- ``task()``: from the call to its return (it stores the task and admits it: no call to
+  OpenCode);
+- then, in the background: the child session's creation (``POST /session``), for a fork
+  ``GET /session/{id}/message``, the pipeline (on a worker thread) and the injection (a
+  ``noReply`` prompt with the context), the prompt (``prompt_async``), and the gaps between
+  them (the event loop, the thread hop, the task store).
 
 Apart, the message list's read is taken apart: time to the response headers and to the last
 byte, and what a read of only the newest messages (``?limit=N``, OpenCode's paging) costs.
 
-    python3 benches/fork_launch.py --messages 2000 --launches 20 --shape mixed
+    python3 benches/fork_launch.py --messages 2000 --launches 20 --plain 200 --shape mixed
 
 The parent is imported with ``opencode import`` of an export document (``{info, messages}``)
 made from ``benches/generate.py``'s session; the few fields OpenCode's schema requires and the
@@ -169,9 +171,12 @@ async def until(cond: Callable[[], Any], timeout: float = 300.0) -> None:
         await asyncio.sleep(0.002)
 
 
-async def launches(url: str, parent: str, count: int, fork: bool, store: Path) -> list[Marks]:
-    """`count` launches one after another, each waited for until the child's turn ended; the
-    tasks in a SQLite store at `store` (the default kind)."""
+async def launches(
+    url: str, parent: str, count: int, fork: bool, store: Path, pause: float = 0.0
+) -> list[Marks]:
+    """`count` launches one after another, each waited for until the child's turn ended, then
+    `pause` seconds (the manager's own work on that end done); the tasks in a SQLite store at
+    `store` (the default kind)."""
     backend = TimedBackend(url)
     builder = TimedBuilder()
     manager = TaskManager(
@@ -187,19 +192,21 @@ async def launches(url: str, parent: str, count: int, fork: bool, store: Path) -
             called = time.perf_counter()
             task = await manager.task(parent, "go", "build", "bench", fork=fork)
             returned = time.perf_counter()
-            assert task.session_id is not None
+            assert task.session_id is None  # created in the background
 
             async def ended(task_id: str = task.id) -> bool:
                 current = await manager.store.get(task_id)
                 return current is not None and not current.status.active
 
             await until(ended)
+            await asyncio.sleep(pause)
             current = await manager.store.get(task.id)
             assert current is not None and current.status is TaskStatus.COMPLETED, current
-            marks = dict(backend.marks[task.session_id])
+            assert current.session_id is not None
+            marks = dict(backend.marks[current.session_id])
             marks.update(called=called, returned=returned)
             session_id, create_start, create_end = backend.created[-1]
-            assert session_id == task.session_id
+            assert session_id == current.session_id
             marks.update(create_start=create_start, create_end=create_end)
             if fork:
                 marks.update(backend.reads[-1])
@@ -210,12 +217,46 @@ async def launches(url: str, parent: str, count: int, fork: bool, store: Path) -
     return out[1:]
 
 
+async def inprocess_launches(count: int, store: Path, pause: float = 0.0) -> list[float]:
+    """`task()` in ms, `count` plain launches one after another (each waited for until its
+    child ended, then `pause` s), on the in-process backend: the manager and its SQLite store
+    alone, with no server process sharing the machine's cores."""
+    from asyncagents.tasks import InProcessBackend
+    from tasks_script import Script  # the tests' scripted replies
+
+    backend = InProcessBackend(Script())
+    parent = str((await backend.create_session(title="parent"))["id"])
+    manager = TaskManager(
+        backend,
+        SQLiteTaskStore(store),
+        TaskManagerConfig(notify_parent=False, wake="never", max_running=10_000),
+    )
+    await manager.start()
+    out: list[float] = []
+    try:
+        for _ in range(count + 1):
+            called = time.perf_counter()
+            task = await manager.task(parent, "go", "build", "bench")
+            out.append((time.perf_counter() - called) * 1e3)
+
+            async def ended(task_id: str = task.id) -> bool:
+                current = await manager.store.get(task_id)
+                return current is not None and not current.status.pending
+
+            await until(ended)
+            await asyncio.sleep(pause)
+    finally:
+        await manager.aclose()
+    return out[1:]
+
+
 def stages(marks: Marks) -> dict[str, float]:
     """The spans of one forked launch, in ms."""
     spans = {
-        "task() (creates the session)": ("called", "returned"),
-        "  of which session creation": ("create_start", "create_end"),
-        "task() returned -> GET started": ("returned", "read_start"),
+        "task() (stores the task, admits it)": ("called", "returned"),
+        "task() returned -> session creation started": ("returned", "create_start"),
+        "session creation (POST /session)": ("create_start", "create_end"),
+        "session created -> GET started (the session recorded)": ("create_end", "read_start"),
         "GET /session/{id}/message": ("read_start", "read_end"),
         "GET ended -> pipeline started (thread hop)": ("read_end", "build_start"),
         "pipeline (Rust, from bytes)": ("build_start", "build_end"),
@@ -297,33 +338,51 @@ def main(argv: list[str] | None = None) -> None:
         for name in table[0]:
             values = [t[name] for t in table]
             median = statistics.median(values)
-            share = (
-                ""
-                if name.startswith("task()") or name.startswith("  ")
-                else (f"{median / whole:.0%}")
-            )
+            share = "" if name.startswith("task() (") else (f"{median / whole:.0%}")
             print(
                 f"| {name.strip()} | {median:.1f} ms | {percentile(values, 0.9):.1f} ms | {share} |"
             )
-        returned = [t["task() (creates the session)"] for t in table]
+        returned = [t["task() (stores the task, admits it)"] for t in table]
         plain = asyncio.run(
             launches(server.base_url, parent, args.plain, False, root / "plain.sqlite3")
         )
         plain_returned = [(m["returned"] - m["called"]) * 1e3 for m in plain]
-        own = [
-            (m["returned"] - m["called"] - (m["create_end"] - m["create_start"])) * 1e3
-            for m in [*forked, *plain]
-        ]
+        paused = asyncio.run(
+            launches(server.base_url, parent, args.plain, False, root / "paused.sqlite3", 0.2)
+        )
+        paused_returned = [(m["returned"] - m["called"]) * 1e3 for m in paused]
+        created = [(m["create_end"] - m["create_start"]) * 1e3 for m in [*forked, *plain]]
+        plain_sent = [(m["prompt_end"] - m["returned"]) * 1e3 for m in plain]
         print()
         for label, values in (
             ("forked", returned),
-            ("plain", plain_returned),
-            ("all, less the session creation (the manager's own part)", own),
+            ("plain, each right after the previous child ended", plain_returned),
+            ("plain, each 200 ms after the previous child ended", paused_returned),
+            ("all", [*returned, *plain_returned, *paused_returned]),
         ):
             print(
                 f"- `task()` {label}: median {statistics.median(values):.1f} ms,"
                 f" p99 {percentile(values, 0.99):.1f} ms, max {max(values):.1f} ms"
                 f" ({len(values)} launches)"
+            )
+        for label, values in (
+            ("`POST /session` (after `task()` returned)", created),
+            ("plain: `task()` returned -> prompt sent", plain_sent),
+        ):
+            print(
+                f"- {label}: median {statistics.median(values):.1f} ms,"
+                f" p99 {percentile(values, 0.99):.1f} ms, max {max(values):.1f} ms"
+                f" ({len(values)} launches)"
+            )
+        for pause in (0.0, 0.2):
+            alone = asyncio.run(
+                inprocess_launches(args.plain, root / f"inprocess-{pause}.sqlite3", pause)
+            )
+            print(
+                f"- `task()` plain on the in-process backend (no server process), each"
+                f" {pause * 1e3:.0f} ms after the previous child ended:"
+                f" median {statistics.median(alone):.1f} ms, p99 {percentile(alone, 0.99):.1f} ms,"
+                f" max {max(alone):.1f} ms ({len(alone)} launches)"
             )
         print()
         print("\n".join(read_apart(server.base_url, parent, rounds=3)))

@@ -20,7 +20,7 @@ from asyncagents.tasks import (
 )
 from fake_opencode import FakeOpenCode
 from parent_notices import notices_in
-from polling import until
+from polling import session_of, until
 
 WINDOW = 3.0
 
@@ -118,9 +118,8 @@ async def status_is(manager: TaskManager, task_id: str, status: TaskStatus) -> b
 
 
 async def child_of(manager: TaskManager, task_id: str) -> str:
-    task = await manager.store.get(task_id)
-    assert task is not None and task.session_id is not None
-    return task.session_id
+    """The task's child session (created in the background after `task()` returned)."""
+    return await session_of(manager, task_id)
 
 
 async def notice_count(backend: OpenCodeBackend, parent: str, n: int) -> bool:

@@ -37,7 +37,7 @@ async def launch(manager: TaskManager, parent: str, prompt: str, agent: str, des
 async def four(manager: TaskManager, parent: str, script: Script) -> list[Task]:
     """Four tasks of `parent`: completed (2 tool steps), error, cancelled, running (held)."""
     done = await launch(manager, parent, "Summarise the README [tool]", "general", "Summary")
-    await ended(manager, done.id, "completed")
+    done = await ended(manager, done.id, "completed")  # with its child session
     failed = await launch(manager, parent, "Deploy it [fail]", "build", "Deploy")
     await ended(manager, failed.id, "error")
     stopped = await launch(manager, parent, "Count words [hold:never]", "general", "Word count")

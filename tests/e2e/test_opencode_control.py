@@ -22,6 +22,7 @@ from asyncagents.tasks.usage import usage_compact
 from e2e_support import AGENT, OpenCodeServer, has_notices, manager_config, model_got, say, until
 from fake_model import FakeModel
 from parent_notices import notices_in, texts
+from polling import session_of
 
 ABORTED = "MessageAbortedError"
 
@@ -47,7 +48,7 @@ async def test_output_of_a_running_task_and_a_timed_out_block(
     prompt = "[fake:tool] [fake:slow] keep going"
     task = await manager.task(parent, prompt, AGENT, "slow one")
     await until(lambda: model_got(fake_model, prompt), what="slow stream started")
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     # wait for the tool step to be stored, then for the streaming text step to start
     await until(lambda: _steps(backend, task.session_id, 2), what="second step")
 
@@ -84,7 +85,7 @@ async def test_cancel_aborts_the_session_and_stays_cancelled(
     prompt = "[fake:slow] cancel me"
     task = await manager.task(parent, prompt, AGENT, "to cancel")
     await until(lambda: model_got(fake_model, prompt), what="slow stream started")
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     assert task.session_id in await backend.status()  # busy on the server
 
     cancelled = await manager.cancel(task.id)
@@ -126,10 +127,10 @@ async def test_clear_removes_the_parents_tasks_and_aborts_running_ones(
     running = await manager.task(parent, slow_prompt, AGENT, "running one")
     kept = await manager.task(other, "someone else's job", AGENT, "kept")
     await until(lambda: model_got(fake_model, slow_prompt), what="slow stream started")
+    running.session_id = await session_of(manager, running.id)
 
     removed = await manager.clear(parent)
     assert {t.id for t in removed} == {done.id, running.id}
-    assert running.session_id is not None
     await until(lambda: _aborted(backend, running.session_id), what="aborted on clear")
     assert await manager.list(parent) == []
     assert await run_tool(manager, parent, "asyncagents_list", {}) == "No background tasks found"
@@ -191,7 +192,7 @@ async def test_deleted_child_session_ends_the_task_in_error(
     prompt = "[fake:slow] child gets deleted"
     task = await manager.task(parent, prompt, AGENT, "deleted child")
     await until(lambda: model_got(fake_model, prompt), what="slow stream started")
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     await backend.delete_session(task.session_id)
     out = await manager.output(task.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.ERROR
@@ -213,7 +214,7 @@ async def test_deleted_parent_session_clears_and_aborts_its_tasks(
     done = await manager.task(parent, "done before delete", AGENT, "done")
     await manager.output(done.id, block=True, timeout=60)
     await until(lambda: model_got(fake_model, prompt), what="slow stream started")
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     await backend.delete_session(parent)
     await until(lambda: _cleared(manager, parent), what="parent's tasks cleared")
     assert await manager.store.get(task.id) is None and await manager.store.get(done.id) is None
@@ -261,13 +262,18 @@ async def test_cancel_right_after_launch_stops_the_run(
     task = await manager.task(parent, prompt, AGENT, "instant cancel")
     cancelled = await manager.cancel(task.id)
     assert cancelled.status is TaskStatus.CANCELLED
-    assert task.session_id is not None
     await manager.wait_idle(30)  # the launch job has run (and seen the cancel)
     await asyncio.sleep(2.0)  # long enough for a run that slipped through to be busy
-    assert await _idle(backend, task.session_id)
-    last = await _last_assistant(backend, task.session_id)
-    assert last is None or (last.get("error") or {}).get("name") == ABORTED
-    assert (await manager.output(task.id)).task.status is TaskStatus.CANCELLED
+    final = (await manager.output(task.id)).task
+    assert final.status is TaskStatus.CANCELLED
+    if final.session_id is None:
+        # cancelled before its session was recorded: the session made then was deleted, and
+        # no prompt was sent
+        assert not model_got(fake_model, prompt)
+    else:
+        assert await _idle(backend, final.session_id)
+        last = await _last_assistant(backend, final.session_id)
+        assert last is None or (last.get("error") or {}).get("name") == ABORTED
     assert await notices_in(backend, parent) == []
 
 
@@ -290,7 +296,7 @@ async def test_a_run_that_completes_after_cancel_stays_cancelled(
         task = await manager.task(parent, prompt, AGENT, "late completion")
         await until(lambda: model_got(fake_model, prompt), what="model reached")
         assert (await manager.cancel(task.id)).status is TaskStatus.CANCELLED
-        assert task.session_id is not None
+        task.session_id = await session_of(manager, task.id)
         # the run really ends with its reply on the server...
         await until(lambda: _replied(backend, task.session_id, prompt), what="reply stored")
         manager.reconcile()

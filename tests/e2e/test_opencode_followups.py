@@ -9,6 +9,7 @@ from asyncagents.tasks.tools import run_tool
 from e2e_support import AGENT, model_got, until
 from fake_model import FakeModel
 from parent_notices import texts
+from polling import session_of
 
 
 def _users(messages: list[dict[str, Any]]) -> list[str]:
@@ -39,7 +40,7 @@ async def test_a_follow_up_queued_while_the_child_runs_is_answered_next(
     await until(lambda: _ended(manager, task.id, 1), 60, "the follow-up answered")
     final = await manager.store.get(task.id)
     assert final is not None and final.result == "Reply to: then this"
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     messages = await backend.messages(task.session_id)
     assert _users(messages) == [first, "then this"]
     assistants = [m for m in messages if m["info"]["role"] == "assistant"]
@@ -66,7 +67,7 @@ async def test_now_aborts_the_running_turn_and_sends_the_follow_up(
     await until(lambda: _ended(manager, task.id, 1), 60, "the follow-up answered")
     final = await manager.store.get(task.id)
     assert final is not None and final.result == "Reply to: stop and do this"
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     messages = await backend.messages(task.session_id)
     assert _users(messages) == [slow, "stop and do this"]
     aborted = [m["info"] for m in messages if m["info"].get("error")]

@@ -42,8 +42,8 @@ async def test_fork_injects_the_parents_context(
     stats = out.task.fork_stats
     assert stats is not None and stats["original_count"] == 5  # user, reply, user, tool step, reply
 
-    assert task.session_id is not None
-    messages = await backend.messages(task.session_id)
+    assert out.task.session_id is not None
+    messages = await backend.messages(out.task.session_id)
     roles = [m["info"]["role"] for m in messages]
     assert roles == ["user", "user", "assistant"]
     injected, sent, answer = messages
@@ -79,8 +79,8 @@ async def test_fork_of_a_missing_parent_ends_in_error(
         f"fork: reading the parent's messages failed: Session not found: {missing}"
     )
     # no prompt went to the child without its context
-    assert task.session_id is not None
-    assert await backend.messages(task.session_id) == []
+    assert out.task.session_id is not None
+    assert await backend.messages(out.task.session_id) == []
 
 
 async def test_fork_while_the_parent_is_mid_turn(
@@ -97,8 +97,8 @@ async def test_fork_while_the_parent_is_mid_turn(
     out = await manager.output(task.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.COMPLETED, out.task.error
     assert out.task.result == "context-seen"
-    assert task.session_id is not None
-    (injected, *_) = await backend.messages(task.session_id)
+    assert out.task.session_id is not None
+    (injected, *_) = await backend.messages(out.task.session_id)
     (context,) = texts(injected)
     assert context.startswith(PREAMBLE) and TOOL_OUTPUT_MARK in context
     await backend.abort(parent)

@@ -23,6 +23,7 @@ from asyncagents.tasks import (
 from asyncagents.tasks.models import TaskUsage
 from e2e_support import AGENT, manager_config, until
 from parent_notices import notices_in
+from polling import session_of
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ async def test_tokens_and_cost_equal_what_opencode_stored_over_a_resume(
     task = await manager.task(parent, "[fake:tool] count me", AGENT, "counted")
     first = (await manager.output(task.id, block=True, timeout=60)).task
     assert first.status is TaskStatus.COMPLETED, first.error
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     session = await backend.get_session(task.session_id)
     one_turn = _session_usage(session)
     assert one_turn.cost > 0 and one_turn.cache_read_tokens > 0 and one_turn.reasoning_tokens > 0

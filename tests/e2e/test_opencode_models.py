@@ -10,6 +10,7 @@ from asyncagents.tasks.tools import run_tool
 from e2e_support import AGENT, SMALL_MODEL, manager_config, say
 from fake_model import FakeModel
 from parent_notices import texts
+from polling import session_of
 
 #: (16000 - 4096 - 8000) tokens at 3 characters a token, less 1000 for the preamble and 36
 #: for the prompt
@@ -116,7 +117,7 @@ async def test_a_fork_to_a_small_model_fits_its_first_request(
     rest_chars += len(json.dumps(request.get("tools") or [], separators=(",", ":")))
     assert context_chars / 3 + rest_chars / 4 <= 16000 - 4096
     # OpenCode did not have to compact the child to read it
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     child = await backend.messages(task.session_id)
     assert not any(p.get("type") == "compaction" for m in child for p in m["parts"])
 
@@ -139,8 +140,8 @@ async def test_fork_turns_keeps_the_last_two_turns(
     assert out.task.status is TaskStatus.COMPLETED, out.task.error
     assert out.task.result == "context-seen"
     assert out.task.fork_turns == 2
-    assert task.session_id is not None
-    (injected, *_) = await backend.messages(task.session_id)
+    assert out.task.session_id is not None
+    (injected, *_) = await backend.messages(out.task.session_id)
     (context,) = texts(injected)
     assert "- Only the last 2 user turns kept (4 earlier messages removed)\n" in context
     assert "turn marker 2" in context and "turn marker 3" in context

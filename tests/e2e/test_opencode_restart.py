@@ -9,6 +9,7 @@ import pytest
 from asyncagents.tasks import (
     BackendUnavailableError,
     InMemoryTaskStore,
+    NoticeKind,
     OpenCodeBackend,
     PromptRequest,
     SQLiteTaskStore,
@@ -29,6 +30,7 @@ from e2e_support import (
 )
 from fake_model import FakeModel
 from parent_notices import notices_in
+from polling import session_of
 
 
 async def test_restart_on_the_same_store_picks_the_task_up(
@@ -77,9 +79,21 @@ async def test_a_down_server_is_a_clear_error() -> None:
         OpenCodeBackend(url, connect_timeout=2.0) as backend,
         TaskManager(backend, InMemoryTaskStore(), manager_config(follow_events=False)) as manager,
     ):
+        # task() does not wait for the server: the task is returned, then ends in error
+        task = await manager.task("ses_any", "hello", AGENT, "nowhere")
+        out = await manager.output(task.id, block=True, timeout=30)
+        assert out.task.status is TaskStatus.ERROR and out.task.session_id is None
+        assert (out.task.error or "").startswith(
+            f"creating the child session failed: OpenCode server at {url} is not reachable "
+            f"(POST {url}/session: ConnectError: "
+        )
+        # its notice waits for the server (the parent is on it too)
+        (notice,) = await manager.store.notices()
+        assert notice.task_id == task.id and notice.kind is NoticeKind.ERROR
+        # now that the server is known down, the next call tries before it returns
         with pytest.raises(BackendUnavailableError, match=f"OpenCode server at {url} "):
             await manager.task("ses_any", "hello", AGENT, "nowhere")
-        assert await manager.list("ses_any") == []
+        assert [t.id for t in await manager.list("ses_any")] == [task.id]
         text = await run_tool(
             manager,
             "ses_any",
@@ -179,8 +193,8 @@ async def test_a_run_lost_in_a_server_restart_ends_in_error(
             prompt = "[fake:slow] lost in the restart"
             lost = await manager.task(parent, prompt, AGENT, "lost")
             await until(lambda: model_got(fake_model, prompt), what="slow stream started")
-            assert lost.session_id is not None
-            await until(lambda: _answering(backend, lost.session_id), what="assistant message")
+            lost_session = await session_of(manager, lost.id)
+            await until(lambda: _answering(backend, lost_session), what="assistant message")
             server.stop()
             server.start()
             out = await manager.output(lost.id, block=True, timeout=60)

@@ -18,6 +18,7 @@ from asyncagents.tasks import (
 )
 from e2e_support import AGENT, has_notices, until
 from parent_notices import notices_in, texts
+from polling import session_of
 
 
 async def test_resume_continues_the_child_and_tells_the_parent_once(
@@ -35,7 +36,7 @@ async def test_resume_continues_the_child_and_tells_the_parent_once(
     resumed = await manager.task(parent, follow, "", "", resume=task.id)
     assert loop.time() - begin < 1.5
     assert resumed.status is TaskStatus.RESUMED and resumed.resume_count == 1
-    assert resumed.id == task.id and resumed.session_id == task.session_id
+    assert resumed.id == task.id and resumed.session_id == first.task.session_id
     with pytest.raises(TaskBeingResumedError):
         await manager.task(parent, "too soon", "", "", resume=task.id)
     # the model answers after 2 s: the follow-up is still running now
@@ -54,7 +55,7 @@ async def test_resume_continues_the_child_and_tells_the_parent_once(
     assert f"Full response:\nReply to: {follow}\n" in notices[1]
 
     # the child session holds both turns, in order
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     child = await backend.messages(task.session_id)
     assert [t for m in child for t in texts(m)] == [
         "first question",
@@ -89,7 +90,7 @@ async def test_resume_of_a_deleted_child_session_is_refused(
     assert (await manager.output(task.id, block=True, timeout=60)).task.status is (
         TaskStatus.COMPLETED
     )
-    assert task.session_id is not None
+    task.session_id = await session_of(manager, task.id)
     await backend.delete_session(task.session_id)
     with pytest.raises(SessionExpiredError, match=f"its session `{task.session_id}` no longer"):
         await manager.task(parent, "more", "", "", resume=task.id)

@@ -13,6 +13,7 @@ from asyncagents.tasks.tools import run_tool
 from e2e_support import AGENT, SMALL_MODEL, manager_config, until
 from fake_model import FakeModel
 from parent_notices import notices_in, texts
+from polling import session_of
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ async def test_when_opencode_gives_up_our_try_again_finishes_it(
     assert final is not None and final.status is TaskStatus.COMPLETED, final
     assert final.tries == [None, None]
     assert fake_model.rate_limited[prompt] == 8
-    assert task.session_id is not None
+    task.session_id = await session_of(retrying, task.id)
     messages = await backend.messages(task.session_id)
     assert _users(messages) == [prompt, prompt]
     errors = [m["info"]["error"] for m in messages if m["info"].get("error")]
@@ -119,7 +120,7 @@ async def test_a_non_retryable_400_ends_the_task_at_once(
     task = await retrying.task(parent, "[fake:fail400] rejected", AGENT, "bad request")
     out = await retrying.output(task.id, block=True, timeout=60)
     assert out.task.status is TaskStatus.ERROR and out.task.tries == []
-    assert task.session_id is not None
+    task.session_id = await session_of(retrying, task.id)
     assert _users(await backend.messages(task.session_id)) == ["[fake:fail400] rejected"]
 
 
@@ -188,7 +189,8 @@ async def test_a_try_again_waits_in_the_queue_and_the_cap_holds_meanwhile(
         a = await manager.task(parent, first, AGENT, "tried again")
         b = await manager.task(parent, second, AGENT, "meanwhile")
         assert (a.status, b.status) == (TaskStatus.RUNNING, TaskStatus.QUEUED)
-        sessions = {a.session_id, b.session_id}
+        # both sessions are created right away, in the background (a queued task's too)
+        sessions = {await session_of(manager, a.id), await session_of(manager, b.id)}
         most = 0
         samples = 0
         waiting: list[str] = []
@@ -234,5 +236,5 @@ async def test_a_try_again_waits_in_the_queue_and_the_cap_holds_meanwhile(
         "call asyncagents_output again with block=true to wait.",
         "Usage: 0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00.",
     ]
-    assert a.session_id is not None
-    assert _users(await backend.messages(a.session_id)) == [first, first]
+    assert final_a.session_id is not None
+    assert _users(await backend.messages(final_a.session_id)) == [first, first]

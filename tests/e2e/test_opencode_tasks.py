@@ -8,6 +8,7 @@ from asyncagents.tasks import InMemoryTaskStore, OpenCodeBackend, TaskManager, T
 from e2e_support import AGENT, has_notices, manager_config, until
 from fake_model import FAIL_MESSAGE
 from parent_notices import notices_in
+from polling import session_of
 
 
 async def test_launch_returns_at_once_then_completes(
@@ -19,8 +20,9 @@ async def test_launch_returns_at_once_then_completes(
     task = await manager.task(parent, prompt, AGENT, "delayed reply")
     assert loop.time() - begin < 2.0
     assert task.status is TaskStatus.RUNNING
-    assert task.parent_session_id == parent and task.session_id is not None
-    session = await backend.get_session(task.session_id)
+    # its child session is created in the background: the task id is the handle
+    assert task.parent_session_id == parent and task.session_id is None
+    session = await backend.get_session(await session_of(manager, task.id))
     assert session["parentID"] == parent
     # the model answers after 3 s: the task is still running now
     assert (await manager.output(task.id)).task.status is TaskStatus.RUNNING

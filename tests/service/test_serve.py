@@ -113,14 +113,26 @@ def test_first_start_creates_a_private_token_then_serves(service: Service) -> No
     assert len(token) == 64
     assert _call(service, token).json() == {"text": "No background tasks found"}
     assert _call(service, "wrong").status_code == 401
-    # the OpenCode server is down: a launch answers a text, the service stays up
-    text = httpx.post(
-        f"{service.url}/v1/tools/asyncagents_task",
-        json={"session_id": "ses_parent", "arguments": {"prompt": "x", "agent": "build"}},
-        headers={"authorization": f"Bearer {token}"},
-        timeout=60,
-    ).json()["text"]
-    assert text.startswith("Error: "), text
+
+    # the OpenCode server is down: a launch is accepted and ends in error (its session cannot
+    # be created), the next one answers the error at once, and the service stays up
+    def tool(name: str, arguments: dict[str, object]) -> str:
+        return str(
+            httpx.post(
+                f"{service.url}/v1/tools/{name}",
+                json={"session_id": "ses_parent", "arguments": arguments},
+                headers={"authorization": f"Bearer {token}"},
+                timeout=60,
+            ).json()["text"]
+        )
+
+    started = tool("asyncagents_task", {"prompt": "x", "agent": "build"})
+    assert started.startswith("Background task started: `tsk_"), started
+    task_id = started.split("`")[1]
+    ended = tool("asyncagents_output", {"task_id": task_id, "block": True, "timeout": 30})
+    assert ended.startswith(f"Task `{task_id}` [error] build: x\n"), ended
+    text = tool("asyncagents_task", {"prompt": "x", "agent": "build"})
+    assert text.startswith("Error: OpenCode server at "), text
     status, out = service.stop()
     assert status == 0, out
     assert f"asyncagents serve: token created in {service.token_path}\n" in out

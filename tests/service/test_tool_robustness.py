@@ -138,11 +138,19 @@ class _EmptySessionBackend(InProcessBackend):
 
 
 async def test_server_answering_create_session_with_an_empty_object() -> None:
+    """The session is created after `task()` returned: the task ends in error, saying why."""
     backend = _EmptySessionBackend(Responder())
+    parent = str((await InProcessBackend.create_session(backend, title="p"))["id"])
     async with TaskManager(backend, InMemoryTaskStore(), QUICK) as manager:
-        text = await run_tool(manager, "ses_p", TASK, {"prompt": "x", "agent": "build"})
-    assert text.startswith("Error: asyncagents_task failed unexpectedly (KeyError: 'id'). ")
-    assert text.endswith("Call asyncagents_list to see whether it took effect before trying again.")
+        text = await run_tool(manager, parent, TASK, {"prompt": "x", "agent": "build"})
+        (task,) = await manager.list(parent)
+        assert text.startswith(f"Background task started: `{task.id}`\n"), text
+        ended = (await manager.output(task.id, block=True, timeout=5)).task
+    assert ended.status.value == "error" and ended.session_id is None
+    assert ended.error == (
+        "creating the child session failed: the session server's answer to creating a session "
+        "has no session id: {}"
+    )
 
 
 class _DownBackend(InProcessBackend):
@@ -152,8 +160,21 @@ class _DownBackend(InProcessBackend):
 
 async def test_backend_down_is_a_text() -> None:
     backend = _DownBackend(Responder())
+    parent = str((await InProcessBackend.create_session(backend, title="p"))["id"])
     async with TaskManager(backend, InMemoryTaskStore(), QUICK) as manager:
-        text = await run_tool(manager, "ses_p", TASK, {"prompt": "x", "agent": "build"})
+        # task() does not wait for the server: the task is accepted, then ends in error
+        first = await run_tool(manager, parent, TASK, {"prompt": "x", "agent": "build"})
+        (task,) = await manager.list(parent)
+        assert first.startswith(f"Background task started: `{task.id}`\n"), first
+        ended = (await manager.output(task.id, block=True, timeout=5)).task
+        assert ended.status.value == "error"
+        assert ended.error == (
+            "creating the child session failed: OpenCode server at http://127.0.0.1:1 is "
+            "unreachable"
+        )
+        # the server is known down now: the next call fails at once, storing nothing
+        text = await run_tool(manager, parent, TASK, {"prompt": "x", "agent": "build"})
+        assert [t.id for t in await manager.list(parent)] == [task.id]
     assert text == "Error: OpenCode server at http://127.0.0.1:1 is unreachable"
 
 

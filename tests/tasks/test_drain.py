@@ -67,16 +67,16 @@ async def test_close_waits_for_the_prompts_being_sent(
     manager = TaskManager(backend, store, CONFIG)
     tasks = [await manager.task(parent, f"job {i}", agent="build") for i in range(5)]
     await manager.close()
-    assert sorted(arrived) == sorted(t.session_id for t in tasks)
-    for task in tasks:
-        stored = await store.get(task.id)
-        assert stored is not None and stored.turn_started_at is not None
+    stored = [await store.get(t.id) for t in tasks]
+    assert sorted(arrived) == sorted(str(t and t.session_id) for t in stored)
+    for task in stored:
+        assert task is not None and task.turn_started_at is not None
     async with TaskManager(backend, store, CONFIG) as again:
         for task in tasks:
             done = await ended(again, task.id)
             assert done.status is TaskStatus.COMPLETED, done
-            assert task.session_id is not None
-            assert user_prompts(backend, task.session_id, task.prompt) == 1
+            assert done.session_id is not None
+            assert user_prompts(backend, done.session_id, task.prompt) == 1
 
 
 async def test_a_send_cut_off_by_the_drain_deadline_is_sent_again_once(
@@ -96,15 +96,15 @@ async def test_a_send_cut_off_by_the_drain_deadline_is_sent_again_once(
         done = await ended(again, task.id)
     assert done.status is TaskStatus.COMPLETED, done
     assert done.result == "Reply to: cut off"
-    assert task.session_id is not None
-    assert user_prompts(backend, task.session_id, "cut off") == 1
+    assert done.session_id is not None
+    assert user_prompts(backend, done.session_id, "cut off") == 1
     # the fork context was injected once, before the prompt, and the turn is the prompt's
-    messages = backend._messages[task.session_id]
+    messages = backend._messages[done.session_id]
     assert [m["info"]["id"] for m in messages[:2]] == [
-        task.context_message_id,
-        task.prompt_message_id,
+        done.context_message_id,
+        done.prompt_message_id,
     ]
-    assert done.turn_after_message_id == task.context_message_id
+    assert done.turn_after_message_id == done.context_message_id
 
 
 async def test_a_prompt_that_arrived_before_a_crash_is_not_sent_again(
@@ -156,9 +156,9 @@ async def test_an_unsent_follow_up_is_sent_by_the_next_owner(
         done = await ended(second, task.id)
     assert done.status is TaskStatus.COMPLETED, done
     assert done.result == "Reply to: second turn"
-    assert task.session_id is not None
-    assert user_prompts(backend, task.session_id, "second turn") == 1
-    assert replies(backend, task.session_id) == 2
+    assert done.session_id is not None
+    assert user_prompts(backend, done.session_id, "second turn") == 1
+    assert replies(backend, done.session_id) == 2
 
 
 async def test_the_same_message_id_sent_twice_is_one_message_answered_once(

@@ -18,7 +18,7 @@ from asyncagents.tasks import (
 )
 from flaky_store import FlakyStore
 from parent_notices import notices_in
-from polling import until
+from polling import session_of, until
 from tasks_script import Script
 
 
@@ -158,11 +158,12 @@ async def test_a_turn_started_but_not_recorded_is_followed_by_the_next_manager(
     first = TaskManager(backend, store, _config(store_retry_attempts=50, store_retry_max=0.05))
     await first.start()
     store.fail_updates = -1
+    store.spare_new_sessions = True  # their sessions are recorded, nothing after that
     forked = await first.task(parent, "[hold] forked", "explore", "unrecorded fork", fork=True)
     plain = await first.task(parent, "[hold] plain", "explore", "unrecorded")
-    assert forked.session_id is not None
+    forked_session = await session_of(first, forked.id)
     await until(lambda: len(script.seen) == 1)
-    await until(lambda: _messages(backend, forked.session_id, 1))
+    await until(lambda: _messages(backend, forked_session, 1))
     await first.close()  # the writes of both were still being retried
     store.fail_updates = 0
     stored_plain, stored_fork = await store.get(plain.id), await store.get(forked.id)
@@ -177,6 +178,6 @@ async def test_a_turn_started_but_not_recorded_is_followed_by_the_next_manager(
             out = await second.output(task.id, block=True, timeout=5)
             assert out.task.status is TaskStatus.COMPLETED, out.task.error
         assert (await second.output(forked.id)).task.result == "Reply to: [hold] forked"
-        child = await backend.messages(forked.session_id)
+        child = await backend.messages(forked_session)
         injected = [m for m in child if "<inherited_context>" in str(m["parts"])]
         assert len(injected) == 1  # the context was not injected twice

@@ -88,8 +88,8 @@ async def test_queued_follow_ups_run_in_order_each_with_its_notice(
     assert final is not None
     assert final.result == "Reply to: third" and final.pending_followups == []
     assert final.turn == 3 and final.last_prompt == "third"
-    assert task.session_id
-    child = await backend.messages(task.session_id)
+    assert final.session_id
+    child = await backend.messages(final.session_id)
     assert _texts(child, "user") == ["[hold] first", "second", "third"]
     assert _texts(child, "assistant") == [
         "Reply to: [hold] first",
@@ -137,8 +137,8 @@ async def test_now_aborts_the_running_turn_and_sends_the_follow_up(
     final = await manager.store.get(task.id)
     assert final is not None and final.result == "Reply to: later one"
     assert final.resume_count == 2
-    assert task.session_id
-    child = await backend.messages(task.session_id)
+    assert final.session_id
+    child = await backend.messages(final.session_id)
     assert _texts(child, "user") == ["[hold] long work", "change of plan", "later one"]
     aborted = [m["info"] for m in child if m["info"].get("error")]
     assert [e["error"]["name"] for e in aborted] == ["MessageAbortedError"]
@@ -168,8 +168,8 @@ async def test_cancel_drops_the_queued_follow_ups_and_says_how_many(
     assert current.status is TaskStatus.CANCELLED and current.pending_followups == []
     script.release.set()
     await asyncio.sleep(0.3)
-    assert task.session_id
-    assert _texts(await backend.messages(task.session_id), "user") == ["[hold] work"]
+    assert current.session_id
+    assert _texts(await backend.messages(current.session_id), "user") == ["[hold] work"]
 
 
 async def test_a_failed_turn_drops_its_queued_follow_ups_in_its_notice(
@@ -258,8 +258,8 @@ async def test_a_queued_follow_up_survives_a_takeover(tmp_path: Path) -> None:
         final = await b.store.get(task.id)
         assert final is not None and final.result == "Reply to: after the takeover"
         assert final.owner == b.instance_id
-    assert task.session_id
-    assert _texts(await backend.messages(task.session_id), "user") == [
+    assert final.session_id
+    assert _texts(await backend.messages(final.session_id), "user") == [
         "[hold] job",
         "after the takeover",
     ]

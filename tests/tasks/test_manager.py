@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -29,8 +30,9 @@ from asyncagents.tasks import (
 )
 from asyncagents.tasks.backend import JSON
 from asyncagents.tasks.notices import notice_tag
+from asyncagents.tasks.tools import run_tool
 from parent_notices import notices_in
-from polling import until
+from polling import session_of, until
 from tasks_script import Script
 
 
@@ -56,8 +58,9 @@ async def test_launch_returns_at_once_and_completes_once(
 ) -> None:
     task = await manager.task(parent, "[hold] work", "explore", "hold on")
     assert task.status is TaskStatus.RUNNING and not task.is_forked
-    assert task.session_id and task.parent_session_id == parent
-    session = await backend.get_session(task.session_id)
+    # its child session is created in the background: the task id is the handle
+    assert task.session_id is None and task.parent_session_id == parent
+    session = await backend.get_session(await session_of(manager, task.id))
     assert session["parentID"] == parent
     await until(lambda: bool(script.seen))
     assert (await manager.output(task.id)).task.status is TaskStatus.RUNNING
@@ -79,7 +82,8 @@ async def test_children_never_get_the_task_tools(
     await manager.output(task.id, block=True, timeout=5)
     await manager.task(parent, "again", "", "", resume=task.id)
     await manager.output(task.id, block=True, timeout=5)
-    child_prompts = [body for sid, body in backend.prompts if sid == task.session_id]
+    child = await session_of(manager, task.id)
+    child_prompts = [body for sid, body in backend.prompts if sid == child]
     assert len(child_prompts) == 2
     for body in child_prompts:
         assert body["tools"] == dict.fromkeys(TOOL_NAMES, False)
@@ -147,8 +151,7 @@ async def test_rejections_are_typed_and_say_what_to_do(
         await manager.task(parent, "even more", "", "", resume=running.id)
     script.release.set()
     await manager.output(running.id, block=True, timeout=5)
-    assert running.session_id
-    await backend.delete_session(running.session_id)
+    await backend.delete_session(await session_of(manager, running.id))
     with pytest.raises(SessionExpiredError, match="new asyncagents_task"):
         await manager.task(parent, "after delete", "", "", resume=running.id)
     done = (await manager.output(running.id)).task
@@ -224,8 +227,8 @@ async def test_cancel_aborts_and_is_not_overwritten(
     await until(lambda: bool(script.seen))
     cancelled = await manager.cancel(task.id)
     assert cancelled.status is TaskStatus.CANCELLED
-    assert task.session_id
-    messages = await backend.messages(task.session_id)
+    assert cancelled.session_id
+    messages = await backend.messages(cancelled.session_id)
     assert messages[-1]["info"]["error"]["name"] == "MessageAbortedError"
     await asyncio.sleep(0.3)
     assert (await manager.output(task.id)).task.status is TaskStatus.CANCELLED
@@ -239,11 +242,11 @@ async def test_clear_aborts_running_and_removes(
     await manager.output(done.id, block=True, timeout=5)
     running = await manager.task(parent, "[hold] long", "explore", "running one")
     await until(lambda: len(script.seen) == 2)
+    running_session = await session_of(manager, running.id)
     removed = await manager.clear(parent)
     assert {t.id for t in removed} == {done.id, running.id}
     assert await manager.list(parent) == []
-    assert running.session_id
-    assert running.session_id not in await backend.status()
+    assert running_session not in await backend.status()
     with pytest.raises(TaskNotFoundError):
         await manager.output(running.id)
     assert await manager.clear(parent) == []
@@ -275,15 +278,15 @@ async def test_deleted_child_and_deleted_parent(
 ) -> None:
     task = await manager.task(parent, "[hold] x", "explore", "child deleted")
     await until(lambda: bool(script.seen))
-    assert task.session_id
-    await backend.delete_session(task.session_id)
+    await backend.delete_session(await session_of(manager, task.id))
     out = await manager.output(task.id, block=True, timeout=5)
     assert out.task.status is TaskStatus.ERROR and "deleted" in (out.task.error or "")
     other = await manager.task(parent, "[hold] y", "explore", "parent deleted")
     await until(lambda: len(script.seen) == 2)
+    other_session = await session_of(manager, other.id)
     await backend.delete_session(parent)
     await until(lambda: _gone(manager, other.id))
-    assert other.session_id and other.session_id not in await backend.status()
+    assert other_session not in await backend.status()
 
 
 async def test_undelivered_notice_is_kept_and_retried(
@@ -331,14 +334,14 @@ async def test_fork_injects_context_before_the_prompt(
     out = await manager.output(task.id, block=True, timeout=10)
     assert out.task.status is TaskStatus.COMPLETED, out.task.error
     assert out.task.fork_stats is not None and out.task.fork_stats["original_count"] == 2
-    assert task.session_id
-    messages = await backend.messages(task.session_id)
+    assert out.task.session_id
+    messages = await backend.messages(out.task.session_id)
     injected = messages[0]["parts"][0]["text"]
     assert "<inherited_context>" in injected and "compute_total" in injected
     assert messages[1]["parts"][0]["text"] == "[context] continue"
     assert len(script.seen) == 1  # the injection produced no reply
     assert any("compute_total" in m["parts"][0].get("text", "") for m in script.seen[0].history)
-    injected_body = next(b for s, b in backend.prompts if s == task.session_id)
+    injected_body = next(b for s, b in backend.prompts if s == out.task.session_id)
     assert injected_body["noReply"] is True
     assert injected_body["tools"] == dict.fromkeys(TOOL_NAMES, False)
 
@@ -364,8 +367,8 @@ async def test_fork_of_a_real_session_injects_exactly_the_pipeline_text(
         ),
         "fork_turns": None,
     }
-    assert task.session_id
-    child = await backend.messages(task.session_id)
+    assert out.task.session_id
+    child = await backend.messages(out.task.session_id)
     assert child[0]["parts"][0]["text"] == expected.text
     assert child[1]["parts"][0]["text"] == "go on"
 
@@ -453,14 +456,60 @@ async def test_restart_while_server_ran_without_us(
         await until(lambda: _count(backend, parent, 1))
 
 
-async def test_server_down_is_a_clear_error(parent: str) -> None:
+async def test_server_down_ends_the_task_in_error_with_one_notice_then_fails_fast() -> None:
+    """`task()` does not wait for the server: with the server down, the task is returned,
+    then ends in error with the reason, and the parent hears once (when it can be told).
+    Once a session creation could not reach the server, the next call tries before it
+    returns: a clear error, and nothing stored, until the server answers again."""
     backend = InProcessBackend(Script())
-    backend.down = True
-    from asyncagents.tasks import BackendUnavailableError
-
-    async with TaskManager(backend, InMemoryTaskStore(), _cfg(follow_events=False)) as manager:
-        with pytest.raises(BackendUnavailableError):
-            await manager.task(parent, "x", "explore", "d")
+    parent = str((await backend.create_session(title="parent"))["id"])
+    config = _cfg(follow_events=False, notice_retry_initial=0.05, poll_interval=0.2)
+    async with TaskManager(backend, InMemoryTaskStore(), config) as manager:
+        backend.down = True
+        text = await run_tool(
+            manager,
+            parent,
+            "asyncagents_task",
+            {"prompt": "x", "agent": "explore", "description": "down"},
+        )
+        (task,) = await manager.list(parent)
+        assert text == (
+            f"Background task started: `{task.id}`\nAgent: explore\nDescription: down\n"
+            "Status: running\nYou will get a notice in this session when it completes or "
+            "fails; continue with other work meanwhile. To wait for it now, call "
+            f'`asyncagents_output(task_id="{task.id}", block=true)`.'
+        )
+        out = await manager.output(task.id, block=True, timeout=5)
+        assert out.task.status is TaskStatus.ERROR and out.task.session_id is None
+        assert out.task.error == (
+            "creating the child session failed: in-process backend is down (test knob)"
+        )
+        refused = await run_tool(
+            manager,
+            parent,
+            "asyncagents_task",
+            {"prompt": "y", "agent": "explore", "description": "down again"},
+        )
+        assert refused == "Error: in-process backend is down (test knob)"
+        assert [t.id for t in await manager.list(parent)] == [task.id]  # nothing stored
+        backend.down = False
+        await until(lambda: _count(backend, parent, 1), timeout=10)
+        await asyncio.sleep(0.3)  # a notice pass later: still exactly one
+        (notice,) = await notices_in(backend, parent)
+        assert re.sub(r"ntc_[0-9a-f]+", "ntc_ID", notice) == (
+            "[asyncagents notice ntc_ID]\n"
+            f"Background task `{task.id}` failed: down\n"
+            "Error: creating the child session failed: in-process backend is down (test knob)\n"
+            f'Read it again with `asyncagents_output(task_id="{task.id}")`. Start a new '
+            "asyncagents_task to try again.\n"
+            "Usage: 0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), "
+            "$0.00.\n\nYou have no background tasks still running."
+        )
+        # the server answers again: the next call creates its session before it returns
+        # (the server is known to answer then), and the one after that in the background
+        checked = await manager.task(parent, "z", "explore", "back")
+        assert checked.session_id is not None
+        assert (await manager.task(parent, "w", "explore", "background")).session_id is None
 
 
 def test_notice_tag_is_json_safe() -> None:

@@ -169,7 +169,7 @@ async def test_any_manager_of_the_backend_may_cancel_and_resume(tmp_path: Path) 
         await until(lambda: bool(script.seen))
         cancelled = await b.cancel(running.id)
         assert cancelled.status is TaskStatus.CANCELLED
-        assert running.session_id and running.session_id not in await backend.status()
+        assert cancelled.session_id and cancelled.session_id not in await backend.status()
         await until(lambda: a.registry.get(running.id) is None, what="a stops following it")
 
         script.release.set()

@@ -28,7 +28,7 @@ from asyncagents.tasks.retries import (
 from asyncagents.tasks.store import TaskStore
 from asyncagents.tasks.tools import run_tool
 from parent_notices import notices_in
-from polling import until
+from polling import session_of, until
 
 A = "inprocess/inprocess"
 B = "small/tiny"
@@ -119,8 +119,8 @@ async def test_a_429_twice_is_tried_again_and_the_parent_is_told_once(store: Tas
         assert final.result == f"Reply to: work on {A}"
         assert final.tries == [A, A, A]
         assert provider.calls == [A, A, A]
-        assert task.session_id
-        messages = await backend.messages(task.session_id)
+        assert final.session_id
+        messages = await backend.messages(final.session_id)
         # each try is a new user message after the failed one: no completed turn is repeated
         assert _user_texts(messages) == ["work", "work", "work"]
         errors = [
@@ -227,7 +227,7 @@ async def test_opencodes_own_retry_is_shown_and_never_taken_for_a_stall(
         backend.publish(
             "session.status",
             {
-                "sessionID": task.session_id,
+                "sessionID": await session_of(manager, task.id),
                 "status": {
                     "type": "retry",
                     "attempt": 2,
@@ -328,8 +328,8 @@ async def test_a_queued_follow_up_waits_for_the_try_again(store: TaskStore) -> N
         final = await manager.store.get(task.id)
         assert final is not None and final.status is TaskStatus.COMPLETED
         assert final.result == f"Reply to: and then on {A}" and final.tries == []
-        assert task.session_id
-        assert _user_texts(await backend.messages(task.session_id)) == ["work", "work", "and then"]
+        assert final.session_id
+        assert _user_texts(await backend.messages(final.session_id)) == ["work", "work", "and then"]
         await until(lambda: _count(backend, parent, 2), 5, "two notices")
         first, second = await notices_in(backend, parent)
         assert f"Attempts: 2 (2 on {A})\nResult:\nReply to: work on {A}" in first

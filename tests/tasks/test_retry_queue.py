@@ -29,7 +29,7 @@ from asyncagents.tasks.backend import PromptRequest
 from asyncagents.tasks.models import Task, now_ms
 from asyncagents.tasks.tools import run_tool
 from parent_notices import notices_in
-from polling import until
+from polling import session_of, until
 
 AGENT = "explore"
 _COUNTS = "0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00"
@@ -225,7 +225,7 @@ async def test_a_try_again_waits_for_a_free_slot_while_another_task_runs(
         ]
         assert sampler.samples > 50
         assert sampler.most_stored == 1 and sampler.most_busy == 1
-        assert a.session_id
+        a.session_id = await session_of(manager, a.id)
         # the try is a new user message after the failed one, sent once
         assert user_texts(await backend.messages(a.session_id)) == ["[gate:a] [429:1] work A"] * 2
         out = await run_tool(manager, p1, "asyncagents_output", {"task_id": a.id})
@@ -327,7 +327,7 @@ async def test_a_follow_up_queued_for_the_turns_end_waits_for_a_slot(
             await until(answered, 10, "both follow-ups answered")
         assert sampler.most_stored == 1 and sampler.most_busy == 1
         assert provider.prompts() == ["[gate:a] first", "[gate:b] other", "second", "third"]
-        assert a.session_id
+        a.session_id = await session_of(manager, a.id)
         assert user_texts(await backend.messages(a.session_id)) == [
             "[gate:a] first",
             "second",
@@ -391,7 +391,7 @@ async def test_now_keeps_the_aborted_turns_slot_and_replaces_a_waiting_try(
         final = await stored(manager, a.id)
         assert final.result == "Reply to: instead" and final.tries == []
         assert sampler.most_stored == 1 and sampler.most_busy == 1
-        assert a.session_id
+        a.session_id = await session_of(manager, a.id)
         assert user_texts(await backend.messages(a.session_id)) == [
             "[gate:a] long work",
             "[gate:s] steer",
@@ -424,7 +424,7 @@ async def test_now_on_a_waiting_try_takes_its_place_in_the_queue(
         provider.gate("b").set()
         # no backoff left: admitted as soon as B frees the slot (not in 30 s)
         await wait_status(manager, a.id, TaskStatus.COMPLETED, "the follow-up answered")
-        assert a.session_id
+        a.session_id = await session_of(manager, a.id)
         assert user_texts(await backend.messages(a.session_id)) == [
             "[gate:a] [429:1] work",
             "instead",
@@ -468,9 +468,9 @@ async def test_a_queued_try_again_is_taken_over_and_sent_once(
         (admitted,) = await store_a.admit(a.backend_name, Caps(max_running=1), "mgr_dead", 10)
         assert admitted.id == task.id and admitted.status is TaskStatus.RUNNING
         if crash == "sent":
-            assert task.session_id
+            assert admitted.session_id
             await backend.prompt_async(
-                task.session_id,
+                admitted.session_id,
                 PromptRequest(text="[429:1] job", message_id=admitted.prompt_message_id),
             )
         await asyncio.sleep(0.6)  # its lease runs out
@@ -483,9 +483,9 @@ async def test_a_queued_try_again_is_taken_over_and_sent_once(
         if crash == "queued":
             tries = [t for p, t in provider.calls if p == "[429:1] job"]
             assert tries[1] >= queued.retry_at  # the backoff survived the handover
-    assert task.session_id
+    assert final.session_id
     # sent once: one user message per try
-    assert user_texts(await backend.messages(task.session_id)) == ["[429:1] job"] * 2
+    assert user_texts(await backend.messages(final.session_id)) == ["[429:1] job"] * 2
     assert provider.prompts() == ["[429:1] job"] * 2
     await store_a.close()
     await store_b.close()
@@ -547,5 +547,5 @@ async def test_a_cancel_ends_a_waiting_try_and_nothing_more_is_sent(
         final = await stored(manager, a.id)
         assert final.status is TaskStatus.CANCELLED
         assert provider.prompts() == ["[429:1] work"]
-        assert a.session_id
+        a.session_id = await session_of(manager, a.id)
         assert user_texts(await backend.messages(a.session_id)) == ["[429:1] work"]

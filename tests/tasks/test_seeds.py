@@ -24,7 +24,7 @@ from asyncagents.tasks.transitions import (
     started,
 )
 from parent_notices import notices_in
-from polling import until
+from polling import session_of, until
 from tasks_script import Script
 
 NO_TOKENS = "0 tokens (input 0, output 0, reasoning 0, cache read 0, cache write 0), $0.00"
@@ -82,7 +82,8 @@ async def test_resume_needs_no_agent_or_description(
     resumed = await manager.task(parent, "again", resume=task.id)
     assert resumed.status is TaskStatus.RESUMED
     await manager.output(task.id, block=True, timeout=5)
-    bodies = [body for sid, body in backend.prompts if sid == task.session_id]
+    child = await session_of(manager, task.id)
+    bodies = [body for sid, body in backend.prompts if sid == child]
     assert bodies[-1]["agent"] == "explore"  # the task's own agent
 
 
@@ -136,7 +137,7 @@ async def test_listeners_see_every_stored_change(
     task = await manager.task(parent, "[tool][hold] first", "explore", "watched")
     # the tool call's event is seen while the turn runs: once it has ended (a check may
     # prove that from the messages before the event stream is read), there is no run to show
-    await until(lambda: len(seen) == 3)
+    await until(lambda: len(seen) == 4)
     script.release.set()
     await manager.output(task.id, block=True, timeout=5)
     script.release.clear()
@@ -151,6 +152,7 @@ async def test_listeners_see_every_stored_change(
     queued = TaskStatus.QUEUED
     assert seen == [
         ("task.created", t, run),  # admitted at once: told once, running
+        ("task.updated", t, run),  # its child session was created
         ("task.updated", t, run),  # the prompt was accepted
         ("task.updated", t, run),  # a tool call seen
         ("task.completed", t, done),

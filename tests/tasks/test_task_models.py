@@ -279,8 +279,8 @@ async def test_a_fork_to_a_small_model_gets_a_budget_that_fits_its_window(
         assert stats["char_budget"] == 10710  # (16000 - 4096 - 8000) * 3 - 1000 - len("go")
         assert stats["budget_reason"] == _small_reason(2)
         assert stats["removed_messages"] > 0
-        assert task.session_id
-        injected = (await models_backend.messages(task.session_id))[0]["parts"][0]["text"]
+        assert out.task.session_id
+        injected = (await models_backend.messages(out.task.session_id))[0]["parts"][0]["text"]
         assert f"- Char budget 10710: {_small_reason(2)}\n" in injected
         assert "oldest messages removed to fit 10710 char budget" in injected
         context = injected.split("<inherited_context>", 1)[1]
@@ -300,8 +300,8 @@ async def test_fork_turns_keeps_the_last_turns_and_says_so(
         out = await manager.output(task.id, block=True, timeout=5)
         assert out.task.status is TaskStatus.COMPLETED, out.task.error
         assert out.task.fork_turns == 2 and (out.task.fork_stats or {})["fork_turns"] == 2
-        assert task.session_id
-        injected = (await models_backend.messages(task.session_id))[0]["parts"][0]["text"]
+        assert out.task.session_id
+        injected = (await models_backend.messages(out.task.session_id))[0]["parts"][0]["text"]
         assert "- Only the last 2 user turns kept (6 earlier messages removed)\n" in injected
         assert "question 3" in injected and "question 4" in injected
         assert "question 2" not in injected

@@ -70,7 +70,8 @@ class Entry:
     model: str | None
     created_at: int
     running: bool
-    #: a queued task that may start (False while its fork context is being prepared)
+    #: a queued task that may start (False while its session is created or its fork context
+    #: prepared: `Task.ready`)
     ready: bool = True
     #: the manager that queued it (or follows it), and whether its lease lives
     owner: str | None = None
@@ -194,9 +195,9 @@ def plan(
 ) -> list[Entry]:
     """The queued tasks manager `me` starts now, in the order it admits them (at most `limit`).
 
-    Only ready tasks start, and `include` (a task whose fork is being prepared by the caller);
-    a task another manager queued after `fresh_since` (ms) is left to it, and a try again whose
-    backoff ends after `now` (ms) waits (neither blocks the tasks behind it).
+    Only ready tasks start, and `include` (a task the caller is preparing: its session, its
+    fork); a task another manager queued after `fresh_since` (ms) is left to it, and a try again
+    whose backoff ends after `now` (ms) waits (neither blocks the tasks behind it).
     """
     entries = list(entries)
     counts = Counts.of(entries)
@@ -283,7 +284,7 @@ def admitted(task: Task, owner: str, at: int, include: str | None = None) -> Tas
     """`task` leaving the queue: running (a follow-up: resumed), followed by `owner`; None if
     it is not a queued task that may start (ready, or `include`). Only the stores' `admit`
     calls it, inside the transaction that counted the caps."""
-    if task.status is not TaskStatus.QUEUED or (task.fork_pending and task.id != include):
+    if task.status is not TaskStatus.QUEUED or (not task.ready and task.id != include):
         return None
     task.status = TaskStatus.RESUMED if task.resume_count > 0 else TaskStatus.RUNNING
     task.owner = owner

@@ -54,7 +54,15 @@ from .errors import (
 )
 from .guards import checked_limits
 from .jobs import Jobs
-from .launcher import ForkBuilder, ForkContextLike, Launcher, default_fork_builder
+from .launcher import (
+    ForkBuilder,
+    ForkContextLike,
+    Launcher,
+    default_fork_builder,
+    with_session,
+)
+from .launcher import created_ms as _created_ms
+from .launcher import new_token as _token
 from .models import (
     FollowUp,
     OutputResult,
@@ -64,7 +72,6 @@ from .models import (
     TaskStatus,
     message_id_after,
     new_id,
-    now_ms,
 )
 from .notices import NoticeCourier
 from .ownership import LeaseKeeper
@@ -100,11 +107,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: `Task.error` of a task whose previous manager stopped before its prompt was sent
-NOT_STARTED = (
-    "The task manager restarted before this task's prompt was sent; start it again with "
-    "asyncagents_task."
-)
 #: changes after which a queued task may start: a turn ended (a cancel and a clear admit once
 #: their sessions' runs are aborted, so the server never runs one over a cap)
 _SLOT_FREEING = frozenset({"task.completed", "task.error"})
@@ -120,17 +122,6 @@ class TaskMessages:
     task: Task
     messages: list[JSON]
     total: int
-
-
-def _created_ms(session: JSON) -> int:
-    """When the server created a session (its clock, which its message ids follow)."""
-    created = (session.get("time") or {}).get("created")
-    return created if isinstance(created, int) and created > 0 else now_ms()
-
-
-def _token() -> str:
-    """A random alphanumeric tail that makes a chosen message id unique."""
-    return os.urandom(5).hex()
 
 
 def default_backend_name(backend: SessionBackend) -> str:
@@ -226,8 +217,8 @@ class TaskManager:
             on_admitted=self._admitted,
         )
         self.recorder.add_listener(self._on_change)
-        #: fork contexts being prepared in this process, by task id
-        self._forks: dict[str, asyncio.Task[None]] = {}
+        #: new tasks being prepared in this process (their session, their fork), by task id
+        self._preparing: dict[str, asyncio.Task[None]] = {}
         #: tasks being created by `task` whose ``task.created`` was not told yet, and those of
         #: them another pass of this manager admitted (for `task` to return)
         self._creating: set[str] = set()
@@ -345,14 +336,17 @@ class TaskManager:
         until the running turn ends, ``"now"`` aborts the running turn for it; a queued
         follow-up is the next resume, with its own notice.
 
-        The child session is created and the task stored, queued, here (a down server raises a
-        `BackendError`, a failing store a `StoreError`, and nothing is left behind), then
-        admitted at once if every cap allows: the task returned is ``running``, or ``queued``
-        (`queue_place` says where). A forked task's context is built and injected in the
-        background right away, and it is admitted once that is done. The prompt is sent in the
-        background. A failure there ends the task in ``error`` with the reason, and the parent
-        is told. A parent with ``max_queued_per_parent`` tasks queued gets `QueueFullError`; a
-        session ``max_depth`` deep in a tree of tasks gets `TaskDepthError`.
+        The task is stored, queued, here (a failing store raises a `StoreError`, and nothing
+        is left behind), then admitted at once if every cap allows: the task returned is
+        ``running``, or ``queued`` (`queue_place` says where). Its child session is created in
+        the background right after (`session_id` is None until then; the task id is the
+        handle), then a forked task's context is built and injected, and the prompt is sent
+        once the task is admitted. A failure there (a down server too) ends the task in
+        ``error`` with the reason, and the parent is told. After a session creation that could
+        not reach the server, the next call creates its session before returning, and raises
+        that `BackendError` (storing nothing) while the server stays unreachable. A parent with
+        ``max_queued_per_parent`` tasks queued gets `QueueFullError`; a session ``max_depth``
+        deep in a tree of tasks gets `TaskDepthError`.
         """
         await self.start()
         if fork and resume:
@@ -391,17 +385,9 @@ class TaskManager:
         description = (description or "").strip() or prompt.strip().splitlines()[0][:60]
         depth, root = await self._depth_of(parent_session_id)
         await self._check_tree_budget(root)
-        session = await self.backend.create_session(
-            parent_id=parent_session_id, title=f"{description} (@{agent} subagent)"
-        )
-        session_id = str(session["id"])
-        context_id = message_id_after(None, _created_ms(session), _token())
         task = Task(
             id=new_id("tsk"),
-            context_message_id=context_id,
-            prompt_message_id=message_id_after(context_id, 0, _token()),
             parent_session_id=parent_session_id,
-            session_id=session_id,
             prompt=prompt,
             last_prompt=prompt,
             agent=agent,
@@ -417,23 +403,32 @@ class TaskManager:
             root_session_id=root,
             limits=asked,
         )
+        if self.launcher.unreachable or getattr(self.backend, "refusing", False) is True:
+            # the server could not be reached lately, or refused our credentials: hear of it
+            # now rather than in a notice
+            task = with_session(task, await self.launcher.new_session(task))
         try:
             await self.store.insert(task)
         except BaseException as exc:
-            # no task to follow it: the session would be left behind
-            await self._drop_session(session_id)
+            if task.session_id:
+                # no task to follow it: the session would be left behind
+                await self._drop_session(task.session_id)
             if isinstance(exc, StoreError) or not isinstance(exc, Exception):
                 raise
             raise StoreError(f"storing the new task failed: {exc}") from exc
         await self._keep_queue_bound(task)
         # listeners hear of it once, as it is after its first admission: running, or queued
         self._creating.add(task.id)
-        if fork:
-            self._start_fork(task)
-        task = await self._admit_at_once(task)
-        if task.id in self._creating:
-            self._creating.discard(task.id)
-            self.recorder.changed(task, "task.created")
+        told = asyncio.Event()  # its preparation's changes come after ``task.created``
+        if not task.ready:
+            self._start_preparing(task, told)
+        try:
+            task = await self._admit_at_once(task)
+            if task.id in self._creating:
+                self._creating.discard(task.id)
+                self.recorder.changed(task, "task.created")
+        finally:
+            told.set()
         # admitted by a pass that ran meanwhile: the task as that pass left it
         return self._created.pop(task.id, task)
 
@@ -814,10 +809,11 @@ class TaskManager:
     async def _admit_at_once(self, task: Task) -> Task:
         """Admit what the caps allow now; `task` as it is after that (running, or queued).
 
-        A fork being prepared here may be admitted too: its prompt waits for the preparation
-        in this process (a fork prepared elsewhere is admitted once it is ready).
+        A task being prepared here (its session, its fork) may be admitted too: its prompt
+        waits for the preparation in this process (one prepared elsewhere is admitted once it
+        is ready).
         """
-        include = task.id if task.fork_pending and task.id in self._forks else None
+        include = task.id if not task.ready and task.id in self._preparing else None
         try:
             for admitted in await self.admitter.admit_now(include=include):
                 if admitted.id == task.id:
@@ -828,14 +824,18 @@ class TaskManager:
             self.admitter.poke()
         return task
 
-    def _start_fork(self, task: Task) -> None:
-        """Build and inject a new forked task's context now, in the background."""
-        job = self.jobs.spawn(self._prepare_fork(task))
-        self._forks[task.id] = job
-        job.add_done_callback(lambda _: self._forks.pop(task.id, None))
+    def _start_preparing(self, task: Task, after: asyncio.Event | None = None) -> None:
+        """Create a new task's session, then build and inject its fork's context (if it is a
+        fork), now, in the background; it is admitted once that is done. A graceful close
+        waits for it as for a prompt being sent (a session created then recorded)."""
+        job = self.launches.spawn(self._prepare(task, after))
+        self._preparing[task.id] = job
+        job.add_done_callback(lambda _: self._preparing.pop(task.id, None))
 
-    async def _prepare_fork(self, task: Task) -> None:
-        if await self.launcher.prepare_fork(task):
+    async def _prepare(self, task: Task, after: asyncio.Event | None) -> None:
+        if after is not None:
+            await after.wait()
+        if await self.launcher.prepare(task) is not None:
             self.admitter.poke()
 
     def _followup_due(self, task: Task) -> None:
@@ -889,37 +889,45 @@ class TaskManager:
             if created:
                 self._created[task.id] = task
             self.recorder.changed(task, "task.created" if created else "task.updated")
-            run = self.watcher.follow(task)
+            # a task with no session yet is followed once it has one
+            run = self.watcher.follow(task) if task.session_id else None
             self.launches.spawn(self._launch(task, run))
 
-    async def _launch(self, task: Task, run: Run) -> None:
-        """Send an admitted turn's prompt, once its fork (if any) is in its session."""
-        if task.fork_pending:
-            ready = await self._fork_ready(task)
+    async def _launch(self, task: Task, run: Run | None = None) -> None:
+        """Send an admitted turn's prompt, once its session exists and its fork (if any) is
+        in it."""
+        if not task.ready:
+            ready = await self._prepared(task)
             if ready is None:
                 return
             task = ready
+        if run is None or run.session_id != task.session_id:
+            run = self.watcher.follow(task)
         await self.launcher.launch(task, run)
 
-    async def _fork_ready(self, task: Task) -> Task | None:
-        """The admitted task once its fork is prepared (by the job started when it was asked
-        for, or here when that job is gone: a takeover); None if it ended meanwhile."""
-        job = self._forks.get(task.id)
+    async def _prepared(self, task: Task) -> Task | None:
+        """The admitted task once it is prepared (by the job started when it was asked for,
+        or here when that job is gone: a takeover): its session created, its fork in it; None
+        if it ended meanwhile."""
+        job = self._preparing.get(task.id)
         if job is not None:
             await asyncio.wait({job})
         try:
             current = await self.store.get(task.id)
-            if current is not None and current.fork_pending and current.status.active:
-                await self.launcher.prepare_fork(current)
+            if current is not None and not current.ready and current.status.active:
+                await self.launcher.prepare(current)
                 current = await self.store.get(task.id)
         except StoreError as exc:
             await self.watcher.finish(
-                task.id, task.turn, TaskStatus.ERROR, error=f"fork: reading the task failed: {exc}"
+                task.id,
+                task.turn,
+                TaskStatus.ERROR,
+                error=f"preparing the task: reading it from the store failed: {exc}",
             )
             return None
         if (
             current is None
-            or current.fork_pending
+            or not current.ready
             or current.turn != task.turn
             or not current.status.active
         ):
@@ -932,19 +940,19 @@ class TaskManager:
             self.admitter.poke()
 
     async def _adopt(self, tasks: builtins.list[Task]) -> None:
-        """Follow tasks taken over from a dead (or closed) manager; prepare the forks of
-        queued ones that it had not prepared (the queue admits them, whoever owns them)."""
+        """Follow tasks taken over from a dead (or closed) manager; prepare the queued ones it
+        had not prepared (their session, their fork: the queue admits them, whoever owns them)."""
         for task in tasks:
             if task.status is TaskStatus.QUEUED:
-                if task.fork_pending:
-                    self._start_fork(task)
+                if not task.ready:
+                    self._start_preparing(task)
                 if task.retry_at is not None:
                     # a try again waiting out its backoff: admitted once it is over
                     self.admitter.poke_at(task.retry_at)
                 continue
             if task.session_id is None:
-                # stored by an older version between accepting the task and creating its session
-                await self.watcher.finish(task.id, task.turn, TaskStatus.ERROR, error=NOT_STARTED)
+                # admitted before its session was created: create it, then send the prompt
+                self.launches.spawn(self._launch(task))
                 continue
             if task.turn_started_at is not None:
                 self.watcher.follow(task)

@@ -195,7 +195,7 @@ class Task(BaseModel):
     #: the top-level session of the task's tree (its parent's root, else its parent)
     root_session_id: str = ""
     #: a forked task whose copy of the parent's context is not in its session yet; it is not
-    #: admitted before
+    #: admitted before (nor a new task whose session is not created yet: see `ready`)
     fork_pending: bool = False
     #: when the current turn was admitted (left the queue)
     admitted_at: int | None = None
@@ -213,6 +213,12 @@ class Task(BaseModel):
     #: `usage` by model (``providerID/modelID`` of the assistant messages)
     usage_by_model: dict[str, TaskUsage] = Field(default_factory=dict)
     limits: TaskLimits = Field(default_factory=TaskLimits)
+
+    @property
+    def ready(self) -> bool:
+        """It may be admitted: its child session exists (a new task's is created in the
+        background, after it is stored) and its fork's context is in it."""
+        return self.session_id is not None and not self.fork_pending
 
     @property
     def tree_id(self) -> str:

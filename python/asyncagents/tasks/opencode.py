@@ -277,6 +277,12 @@ class OpenCodeBackend:
         that talks to it (they all see its sessions, so they may share its tasks)."""
         return self.base_url
 
+    @property
+    def refusing(self) -> bool:
+        """The server refused our credentials at the last answer, and nothing succeeded since
+        (`TaskManager.task` then hears of it at once instead of in a notice)."""
+        return self._refusal_logged
+
     async def __aenter__(self) -> OpenCodeBackend:
         return self
 

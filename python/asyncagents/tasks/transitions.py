@@ -365,6 +365,23 @@ def retrieved(turn: int) -> Mutation:
     return mutate
 
 
+def session_created(session_id: str, context_message_id: str, prompt_message_id: str) -> Mutation:
+    """A new task's child session was created, with the message ids chosen in it: recorded
+    once. Declines when a session is recorded already (another manager created one first: the
+    task keeps that one) or the task ended meanwhile."""
+
+    def mutate(t: Task) -> Outcome:
+        if t.session_id is not None or not t.status.pending:
+            return None
+        t.session_id = session_id
+        t.context_message_id = context_message_id
+        t.prompt_message_id = prompt_message_id
+        _touch(t)
+        return t, None
+
+    return mutate
+
+
 def fork_prepared(after_message_id: str | None, stats: dict[str, object] | None) -> Mutation:
     """A forked task's copy of the parent's context is in its session: it may start (or, if it
     was admitted already, its prompt may be sent).

@@ -234,7 +234,7 @@ class InMemoryTaskStore:
                 model=t.model,
                 created_at=t.created_at,
                 running=t.status is not TaskStatus.QUEUED,
-                ready=not t.fork_pending,
+                ready=t.ready,
                 owner=t.owner,
                 owner_live=self._lease_live(t.owner, now),
                 not_before=t.retry_at if t.status is TaskStatus.QUEUED else None,

@@ -509,7 +509,7 @@ class PostgresTaskStore:
             task.backend,
             task.owner,
             task.model,
-            not task.fork_pending,
+            task.ready,
             *derived(task),
             task.id,
         )

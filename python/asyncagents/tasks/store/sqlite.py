@@ -512,7 +512,7 @@ class SQLiteTaskStore:
             task.backend,
             task.owner,
             task.model,
-            0 if task.fork_pending else 1,
+            1 if task.ready else 0,
             *derived(task),
             task.id,
         )
