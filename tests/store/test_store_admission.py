@@ -30,7 +30,11 @@ def queued(
     fork_pending: bool = False,
     **fields: object,
 ) -> Task:
-    task = make_task(task_id, parent=parent, status=QUEUED, created_at=created_at)
+    # a new task is ready for admission once its child session exists (created after it is
+    # stored): these have theirs unless a test says otherwise
+    task = make_task(
+        task_id, parent=parent, status=QUEUED, created_at=created_at, session_id=f"ses_{task_id}"
+    )
     return task.model_copy(
         update={"agent": agent, "model": model, "fork_pending": fork_pending, **fields}
     )
@@ -146,6 +150,24 @@ async def test_a_fork_being_prepared_waits_and_a_queued_follow_up_resumes(
 
     assert await store.update("tsk_fork", prepared) is not None
     assert [t.id for t in await store.admit("b1", Caps(max_running=5), "m")] == ["tsk_fork"]
+
+
+async def test_a_task_whose_session_is_not_created_yet_waits_without_blocking(
+    store: TaskStore,
+) -> None:
+    """A new task is stored before its child session exists: it is not admitted until the
+    session is recorded, and the tasks behind it in its parent still start."""
+    await store.insert(queued("tsk_new", created_at=1, session_id=None))
+    await store.insert(queued("tsk_next", created_at=2))
+    admitted = await store.admit("b1", Caps(max_running=5), "m")
+    assert [t.id for t in admitted] == ["tsk_next"]
+
+    def created(task: Task) -> tuple[Task, None]:
+        task.session_id = "ses_created"
+        return task, None
+
+    assert await store.update("tsk_new", created) is not None
+    assert [t.id for t in await store.admit("b1", Caps(max_running=5), "m")] == ["tsk_new"]
 
 
 async def test_a_try_again_is_not_admitted_before_its_backoff_ends_nor_blocks_the_others(
