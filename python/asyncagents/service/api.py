@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
@@ -91,6 +92,10 @@ SNAPSHOT_LIMIT = 500
 POLL_OVERLAP_MS = 5_000
 
 log = logging.getLogger(__name__)
+
+# AnyIO imports its file support on first use: here, with the service, rather than inside the
+# first page served (an import in a server thread, racing with the imports of other threads)
+_OPEN_FILE = anyio.open_file
 
 #: the detail of a 503 when the store failed (its own message goes to the service's log)
 STORE_FAILED = "The task store failed; the service's log has the details. Try again shortly."
