@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from asyncagents.tasks import (
     TOOL_NAMES,
-    InMemoryTaskStore,
     InProcessBackend,
     InProcessTurn,
-    SQLiteTaskStore,
     TaskManager,
     TaskManagerConfig,
     TaskStatus,
@@ -56,17 +52,6 @@ def gates() -> Gates:
 @pytest.fixture
 def backend(gates: Gates) -> InProcessBackend:
     return InProcessBackend(gates)
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
-    made: TaskStore = (
-        InMemoryTaskStore()
-        if request.param == "memory"
-        else SQLiteTaskStore(tmp_path / "tasks.sqlite3")
-    )
-    yield made
-    await made.close()
 
 
 def config(**kw: object) -> TaskManagerConfig:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from asyncagents.tasks import (
-    InMemoryTaskStore,
     InProcessBackend,
     InProcessTurn,
     ProviderError,
@@ -115,17 +114,6 @@ def provider() -> Provider:
 @pytest.fixture
 def backend(provider: Provider) -> InProcessBackend:
     return InProcessBackend(provider)
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
-    made: TaskStore = (
-        InMemoryTaskStore()
-        if request.param == "memory"
-        else SQLiteTaskStore(tmp_path / "tasks.sqlite3")
-    )
-    yield made
-    await made.close()
 
 
 def config(**kw: object) -> TaskManagerConfig:
