@@ -359,3 +359,70 @@ async def test_admissions_and_deletes_keep_the_stats_equal_to_a_recount(store: T
     await recount()
     after = await store.task_stats("b1")
     assert after.tasks == 2 and after.usage.by_parent == {"ses_1": used + used}
+
+
+async def test_queued_ahead_counts_the_parents_queued_tasks_created_before(
+    store: TaskStore,
+) -> None:
+    """A task's place in its parent's queue: the parent's queued tasks of its backend created
+    before it (by time, then id), whether admitted, ended, of another parent or backend."""
+    await insert_all(
+        store,
+        [
+            queued("tsk_a1", created_at=10),
+            queued("tsk_a2", created_at=20),
+            queued("tsk_a3b", created_at=30),
+            queued("tsk_a3a", created_at=30),  # same time: the smaller id goes first
+            queued("tsk_a4", created_at=40),
+            queued("tsk_other_parent", "ses_b", created_at=5),
+            queued("tsk_other_backend", created_at=5, backend="b2"),
+            make_task("tsk_running", parent="ses_a", status=RUNNING, created_at=1),
+            make_task("tsk_done", parent="ses_a", status=COMPLETED, created_at=2),
+        ],
+    )
+    places = {
+        t: await store.queued_ahead(await _get(store, t))
+        for t in ("tsk_a1", "tsk_a2", "tsk_a3a", "tsk_a3b", "tsk_a4", "tsk_other_parent")
+    }
+    assert places == {
+        "tsk_a1": 0,
+        "tsk_a2": 1,
+        "tsk_a3a": 2,
+        "tsk_a3b": 3,
+        "tsk_a4": 4,
+        "tsk_other_parent": 0,
+    }
+    assert await store.queued_ahead(await _get(store, "tsk_other_backend")) == 0
+    # one admitted and one deleted: they no longer wait ahead
+    [first] = await store.admit("b1", Caps(max_running=2), "m")  # one runs already
+    assert first.id == "tsk_other_parent"  # served first: never served, oldest head
+    [second] = await store.admit("b1", Caps(max_running=3), "m")
+    assert second.id == "tsk_a1"
+    assert await store.delete_queued("tsk_a3a") is not None
+    assert await store.queued_ahead(await _get(store, "tsk_a4")) == 2
+    # a task not stored (or stored no more) has its place all the same
+    ghost = queued("tsk_ghost", created_at=35)
+    assert await store.queued_ahead(ghost) == 2
+    # a key holding NUL matches nothing
+    assert (
+        await store.queued_ahead(ghost.model_copy(update={"parent_session_id": "ses_a\x00"})) == 0
+    )
+
+
+async def test_queued_ahead_sees_every_handles_tasks(open_store: OpenStore) -> None:
+    """Tasks stored at once by many handles (many managers): each one's place counts every
+    task created before it, whoever stored it; exactly the places past a bound are the ones
+    created after the first `bound` tasks."""
+    stores = [await open_store() for _ in range(3)]
+    tasks = [queued(f"tsk_{i:03d}", created_at=100 + i) for i in range(24)]
+    await asyncio.gather(*(insert_all(stores[k], tasks[k::3]) for k in range(3)))
+    places = await asyncio.gather(
+        *(stores[i % 3].queued_ahead(task) for i, task in enumerate(tasks))
+    )
+    assert places == list(range(24))
+
+
+async def _get(store: TaskStore, task_id: str) -> Task:
+    task = await store.get(task_id)
+    assert task is not None
+    return task

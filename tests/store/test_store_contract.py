@@ -12,7 +12,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 from asyncagents.tasks import StoreError
-from asyncagents.tasks.models import Notice, Task, TaskProgress, TaskStatus, TaskUsage, now_ms
+from asyncagents.tasks.admission import Caps
+from asyncagents.tasks.models import (
+    FollowUp,
+    Notice,
+    Task,
+    TaskLimits,
+    TaskProgress,
+    TaskStatus,
+    TaskUsage,
+    now_ms,
+)
 from asyncagents.tasks.queries import (
     DurationSummary,
     TaskChanges,
@@ -59,6 +69,103 @@ async def test_open_is_idempotent_and_insert_get_round_trip(store: TaskStore) ->
     got.prompt = "changed by the caller"
     assert (await store.get(task.id)) == task
     assert await store.get("tsk_missing") is None
+
+
+def _nested(task: Task) -> Task:
+    """`task` with a value in every field that can change in place (models, dicts, lists)."""
+    task.progress.tools = {"read": 2}
+    task.progress.retry = {"attempt": 1, "message": "busy", "detail": {"codes": [429]}}
+    task.fork_stats = {"kept": 3, "nested": {"x": [1, 2]}}
+    task.pending_followups = [FollowUp(prompt="next")]
+    task.tries = ["p/m", None]
+    task.usage = TaskUsage(input_tokens=5, cost=0.5)
+    task.turn_usage = TaskUsage(output_tokens=2)
+    task.usage_by_model = {"p/m": TaskUsage(cost=0.5)}
+    task.limits = TaskLimits(max_cost=2.0)
+    return task
+
+
+def _scribble(task: Task) -> None:
+    """Change every part of `task` that can change in place."""
+    task.prompt = "changed by the caller"
+    task.progress.tools["read"] = 99
+    task.progress.tools["write"] = 1
+    assert task.progress.retry is not None
+    task.progress.retry["detail"]["codes"].append(500)
+    assert task.fork_stats is not None
+    task.fork_stats["nested"]["x"].append(3)
+    task.pending_followups[0].prompt = "changed"
+    task.pending_followups.append(FollowUp(prompt="more"))
+    task.tries.append("other/model")
+    task.usage.cost = 99.0
+    task.turn_usage.output_tokens = 99
+    task.usage_by_model["p/m"].cost = 99.0
+    task.usage_by_model["x/y"] = TaskUsage()
+    task.limits.max_cost = 99.0
+
+
+async def test_no_change_of_a_callers_task_reaches_the_stored_one(store: TaskStore) -> None:
+    """Whatever a caller changes in a task it gave or got, nested parts included, the stored
+    task stays as stored: after insert, get, list_tasks, find_by_session, query_tasks,
+    changed_since, update (its mutation's task too, declined or not), take_over, admit."""
+    task = _nested(make_task(session_id="ses_child", owner="mgr_gone"))
+    kept = task.model_copy(deep=True)
+    await store.insert(task)
+    _scribble(task)
+    assert await store.get(kept.id) == kept
+    got = [
+        await store.get(kept.id),
+        *await store.list_tasks(),
+        *await store.list_tasks(kept.parent_session_id),
+        await store.find_by_session("ses_child"),
+        *(await store.query_tasks(TaskQuery(backend="b1"))).tasks,
+        *(await store.changed_since("b1", 0)).tasks,
+        *await store.descendants(kept.parent_session_id),
+    ]
+    for one in got:
+        assert one == kept
+        assert one is not None
+        _scribble(one)
+    assert await store.get(kept.id) == kept
+
+    def scribble_and_decline(t: Task) -> None:
+        _scribble(t)
+        return None
+
+    assert await store.update(kept.id, scribble_and_decline) is None
+    assert await store.get(kept.id) == kept
+
+    seen: list[Task] = []
+
+    def keep(t: Task) -> tuple[Task, None]:
+        seen.append(t)
+        t.description = "updated"
+        return t, None
+
+    out = await store.update(kept.id, keep)
+    assert out is not None
+    kept.description = "updated"
+    assert out[0] == kept
+    stored = await store.get(kept.id)
+    assert stored is not None
+    kept.updated_at = stored.updated_at
+    assert stored == kept
+    _scribble(out[0])
+    _scribble(seen[0])
+    assert await store.get(kept.id) == kept
+
+    taken = await store.take_over("mgr_new", "b1")
+    assert [t.id for t in taken] == [kept.id]
+    _scribble(taken[0])
+    kept.owner = "mgr_new"
+    assert await store.get(kept.id) == kept
+
+    queued = _nested(make_task(status=TaskStatus.QUEUED, session_id="ses_q"))
+    await store.insert(queued)
+    [admitted] = await store.admit("b1", Caps(), "mgr_new")
+    expected = admitted.model_copy(deep=True)
+    _scribble(admitted)
+    assert await store.get(queued.id) == expected
 
 
 async def test_insert_of_an_existing_id_raises_store_error_and_keeps_the_row(

@@ -21,7 +21,7 @@ lease looks alive until it expires, hence the lease time), then admitted by its 
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,20 @@ if TYPE_CHECKING:
 DEFAULT_MODEL_KEY = "default"
 #: how long a new task is left to the manager that queued it (ms), unless told otherwise
 FRESH_MS = 30_000
+
+
+#: tasks a caller is preparing (their session, their fork) that `admit` may start all the same:
+#: one id, several, or none
+Include = str | Collection[str] | None
+
+
+def included(include: Include) -> frozenset[str]:
+    """The ids `include` names."""
+    if include is None:
+        return frozenset()
+    if isinstance(include, str):
+        return frozenset((include,))
+    return frozenset(include)
 
 
 def model_key(model: str | None) -> str:
@@ -148,11 +162,13 @@ def _queues(
     entries: Iterable[Entry],
     *,
     ready_only: bool,
-    include: str | None = None,
+    include: Include = None,
     me: str | None = None,
     fresh_since: int | None = None,
     now: int | None = None,
 ) -> dict[str, deque[Entry]]:
+    preparing = included(include)
+
     def startable(e: Entry) -> bool:
         if not ready_only:
             return True
@@ -163,7 +179,7 @@ def _queues(
                 return False  # its manager died: taken over first (then its new owner's)
             if e.created_at > fresh_since:
                 return False  # just queued by another manager: left to it for a moment
-        return e.ready or e.id == include
+        return e.ready or e.id in preparing
 
     queued = sorted(
         (e for e in entries if not e.running and startable(e)),
@@ -188,16 +204,17 @@ def plan(
     last_admitted: Mapping[str, int],
     caps: Caps,
     limit: int,
-    include: str | None = None,
+    include: Include = None,
     me: str | None = None,
     fresh_since: int | None = None,
     now: int | None = None,
 ) -> list[Entry]:
     """The queued tasks manager `me` starts now, in the order it admits them (at most `limit`).
 
-    Only ready tasks start, and `include` (a task the caller is preparing: its session, its
-    fork); a task another manager queued after `fresh_since` (ms) is left to it, and a try again
-    whose backoff ends after `now` (ms) waits (neither blocks the tasks behind it).
+    Only ready tasks start, and those of `include` (tasks the caller is preparing: their
+    session, their fork); a task another manager queued after `fresh_since` (ms) is left to
+    it, and a try again whose backoff ends after `now` (ms) waits (neither blocks the tasks
+    behind it).
     """
     entries = list(entries)
     counts = Counts.of(entries)
@@ -280,11 +297,13 @@ def turn_keys(now_ms: int, count: int, last_admitted: Mapping[str, int]) -> list
     return [base + i for i in range(count)]
 
 
-def admitted(task: Task, owner: str, at: int, include: str | None = None) -> Task | None:
+def admitted(task: Task, owner: str, at: int, include: Include = None) -> Task | None:
     """`task` leaving the queue: running (a follow-up: resumed), followed by `owner`; None if
-    it is not a queued task that may start (ready, or `include`). Only the stores' `admit`
+    it is not a queued task that may start (ready, or in `include`). Only the stores' `admit`
     calls it, inside the transaction that counted the caps."""
-    if task.status is not TaskStatus.QUEUED or (not task.ready and task.id != include):
+    if task.status is not TaskStatus.QUEUED or (
+        not task.ready and task.id not in included(include)
+    ):
         return None
     task.status = TaskStatus.RESUMED if task.resume_count > 0 else TaskStatus.RUNNING
     task.owner = owner
@@ -301,7 +320,7 @@ def choose(
     caps: Caps,
     limit: int,
     *,
-    include: str | None,
+    include: Include,
     me: str,
     now: int,
     fresh_ms: int = FRESH_MS,

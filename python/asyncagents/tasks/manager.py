@@ -784,15 +784,10 @@ class TaskManager:
 
         Checked after the insert, by its place in its parent's queue: of tasks stored at once,
         exactly those past the bound go, whichever manager stored them. A task admitted in the
-        meantime stays (it no longer waits).
+        meantime stays (it no longer waits). The store counts the parent's queued tasks only
+        (`TaskStore.queued_ahead`): a burst of tasks costs in proportion to its size.
         """
-        view = await self.store.queue_view(self.backend_name)
-        mine = (task.created_at, task.id)
-        place = sum(
-            1
-            for e in view.entries
-            if e.parent == task.parent_session_id and not e.running and (e.created_at, e.id) < mine
-        )
+        place = await self.store.queued_ahead(task)
         cap = self.config.max_queued_per_parent
         if place < cap or await self.store.delete_queued(task.id) is None:
             return

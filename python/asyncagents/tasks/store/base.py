@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..admission import FRESH_MS, Caps, Entry
+from ..admission import FRESH_MS, Caps, Entry, Include
 from ..models import Notice, Task, TaskStatus
 from ..queries import TOP_DEFAULT, TaskChanges, TaskPage, TaskQuery, TaskStats
 
@@ -135,6 +135,15 @@ class TaskStore(Protocol):
     async def queue_view(self, backend: str) -> QueueView:
         """The queued and running tasks of `backend` (a snapshot, for a queued task's place)."""
 
+    async def queued_ahead(self, task: Task) -> int:
+        """How many queued tasks of `task`'s parent, on its backend, are before it in its
+        parent's queue (created earlier: ``(created_at, id)`` smaller), whoever stored them.
+
+        Counted in the store over the parent's queued tasks only (an index of the queued tasks
+        by backend and parent in SQL), so the cost follows that parent's queue, not the number
+        of stored tasks: `TaskManager.task` asks it for every new task.
+        """
+
     async def admit(
         self,
         backend: str,
@@ -142,14 +151,14 @@ class TaskStore(Protocol):
         owner: str,
         limit: int = 100,
         *,
-        include: str | None = None,
+        include: Include = None,
         fresh_ms: int = FRESH_MS,
     ) -> list[Task]:
         """Start up to `limit` queued tasks of `backend` that every cap of `caps` lets run.
 
         One transaction, serialised with every other `admit` on the backend: count the running
         tasks (running and resumed, whoever owns them), pick queued tasks whose fork is prepared
-        (and `include`, a task whose fork its caller is preparing), except those another
+        (and those of `include`, tasks whose fork its caller is preparing), except those another
         manager queued less than `fresh_ms` ago or whose manager is dead (taken over first),
         in fair order (`admission.plan`); mark them running (a follow-up: resumed)
         with `owner` as their owner and `admitted_at` now, and remember each parent's turn.

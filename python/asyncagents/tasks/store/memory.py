@@ -2,15 +2,25 @@
 
 Each method runs without awaiting in between, so on one event loop every call is atomic; a
 thread lock also makes it safe to share between threads. Records are copied on the way in and
-out, so a caller mutating a returned task never changes the stored one.
+out, so a caller mutating a returned task never changes the stored one; a copy shares only what
+cannot change (`fresh_copy`). Tasks are indexed by parent, by child session and by pending
+status, so the calls a new task makes (its parent's depth, its place in its parent's queue, an
+admission pass) read those tasks only, not every stored one.
 """
 
 from __future__ import annotations
 
+import copy
+import enum
 import threading
-from collections.abc import Collection
+import types
+import typing
+from collections.abc import Collection, Iterable
+from typing import Any, TypeVar
 
-from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
+from pydantic import BaseModel
+
+from ..admission import FRESH_MS, Caps, Entry, Include, admitted, choose, included, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
@@ -29,6 +39,63 @@ from ..queries import (
 from .base import PENDING_STATUSES, Mutation, QueueView
 from .rows import seconds_to_ms as _ms
 
+M = TypeVar("M", bound=BaseModel)
+
+#: values that never change in place: shared by a copy and its original
+_IMMUTABLE = (str, int, float, type(None))
+#: model class -> its fields whose value may change in place (see `_may_change`)
+_CHANGING: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def _may_change(annotation: Any) -> bool:
+    """Whether a field of this type may hold a value that changes in place: anything but
+    strings, numbers, booleans, None, enums and literals (and unions of them)."""
+    if annotation in (str, int, float, bool, type(None)):
+        return False
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return False
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return False
+    if origin in (typing.Union, types.UnionType):
+        return any(_may_change(arg) for arg in typing.get_args(annotation))
+    return True
+
+
+def _changing_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    fields = _CHANGING.get(cls)
+    if fields is None:
+        fields = tuple(n for n, f in cls.model_fields.items() if _may_change(f.annotation))
+        _CHANGING[cls] = fields
+    return fields
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, _IMMUTABLE):
+        return value
+    if isinstance(value, BaseModel):
+        return fresh_copy(value)
+    if isinstance(value, dict):
+        return {key: _fresh(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fresh(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_fresh(item) for item in value)
+    return copy.deepcopy(value)
+
+
+def fresh_copy(model: M) -> M:
+    """A copy of `model` that shares nothing a caller could change with it (as a deep copy),
+    at a fraction of its cost: fields typed as strings, numbers, enums and the like are shared;
+    only models, dicts, lists and other containers are copied, recursively."""
+    new = model.__copy__()
+    values = new.__dict__
+    for name in _changing_fields(type(model)):
+        value = values[name]
+        if not isinstance(value, _IMMUTABLE):
+            values[name] = _fresh(value)
+    return new
+
 
 class InMemoryTaskStore:
     """`TaskStore` in dicts: tasks, leases (owner -> expiry ms), notices, queue turns."""
@@ -42,6 +109,38 @@ class InMemoryTaskStore:
         self._cleared: dict[str, tuple[str, int]] = {}
         #: (backend, parent) -> key of the parent's last admission
         self._turns: dict[tuple[str, str], int] = {}
+        #: indexes of `_tasks` (kept by `_put` and `_remove`): task ids by parent session, by
+        #: child session, and the ids of the pending (queued or running) tasks
+        self._by_parent: dict[str, set[str]] = {}
+        self._by_session: dict[str, set[str]] = {}
+        self._pending: set[str] = set()
+
+    def _put(self, task: Task) -> None:
+        """Store `task` (the store's own copy) under its id, and index it."""
+        old = self._tasks.get(task.id)
+        self._tasks[task.id] = task
+        if old is not None and old.parent_session_id != task.parent_session_id:
+            _unindex(self._by_parent, old.parent_session_id, task.id)
+        self._by_parent.setdefault(task.parent_session_id, set()).add(task.id)
+        if old is not None and old.session_id and old.session_id != task.session_id:
+            _unindex(self._by_session, old.session_id, task.id)
+        if task.session_id:
+            self._by_session.setdefault(task.session_id, set()).add(task.id)
+        if task.status in PENDING_STATUSES:
+            self._pending.add(task.id)
+        else:
+            self._pending.discard(task.id)
+
+    def _remove(self, task_id: str) -> Task:
+        task = self._tasks.pop(task_id)
+        _unindex(self._by_parent, task.parent_session_id, task_id)
+        if task.session_id:
+            _unindex(self._by_session, task.session_id, task_id)
+        self._pending.discard(task_id)
+        return task
+
+    def _of_parent(self, parent_session_id: str) -> Iterable[Task]:
+        return [self._tasks[i] for i in self._by_parent.get(parent_session_id, ())]
 
     async def open(self) -> None:
         return None
@@ -53,12 +152,12 @@ class InMemoryTaskStore:
         with self._lock:
             if task.id in self._tasks:
                 raise StoreError(f"Cannot insert task {task.id} in memory: the id exists")
-            self._tasks[task.id] = task.model_copy(deep=True)
+            self._put(fresh_copy(task))
 
     async def get(self, task_id: str) -> Task | None:
         with self._lock:
             task = self._tasks.get(task_id)
-            return None if task is None else task.model_copy(deep=True)
+            return None if task is None else fresh_copy(task)
 
     async def ids_with_prefix(
         self, prefix: str, parent_session_id: str | None = None, limit: int = 2
@@ -77,11 +176,11 @@ class InMemoryTaskStore:
             task = self._tasks.get(task_id)
             if task is None:
                 return None
-            out = mutate(task.model_copy(deep=True))
+            out = mutate(fresh_copy(task))
             if out is None:
                 return None
             new, notice = out
-            self._tasks[task_id] = new.model_copy(deep=True)
+            self._put(fresh_copy(new))
             if notice is not None:
                 self._notices[notice.id] = notice.model_copy()
             return new, notice
@@ -95,9 +194,14 @@ class InMemoryTaskStore:
         owner: str | None = None,
     ) -> list[Task]:
         with self._lock:
+            candidates = (
+                self._tasks.values()
+                if parent_session_id is None
+                else self._of_parent(parent_session_id)
+            )
             tasks = [
-                t.model_copy(deep=True)
-                for t in self._tasks.values()
+                fresh_copy(t)
+                for t in candidates
                 if (parent_session_id is None or t.parent_session_id == parent_session_id)
                 and (statuses is None or t.status in statuses)
                 and (backend is None or t.backend == backend)
@@ -108,20 +212,24 @@ class InMemoryTaskStore:
 
     async def find_by_session(self, session_id: str) -> Task | None:
         with self._lock:
-            found = [t for t in self._tasks.values() if t.session_id == session_id]
+            found = [self._tasks[i] for i in self._by_session.get(session_id, ())]
             if not found:
                 return None
-            return max(found, key=lambda t: (t.created_at, t.id)).model_copy(deep=True)
+            return fresh_copy(max(found, key=lambda t: (t.created_at, t.id)))
 
     async def delete_parent(self, parent_session_id: str, backend: str | None = None) -> list[Task]:
         def doomed(parent: str, of_backend: str) -> bool:
             return parent == parent_session_id and (backend is None or of_backend == backend)
 
         with self._lock:
-            gone = [t for t in self._tasks.values() if doomed(t.parent_session_id, t.backend)]
+            gone = [
+                t
+                for t in self._of_parent(parent_session_id)
+                if doomed(t.parent_session_id, t.backend)
+            ]
             now = now_ms()
             for task in gone:
-                del self._tasks[task.id]
+                self._remove(task.id)
                 self._cleared[task.id] = (task.backend, now)
             for task_id, (_, at) in list(self._cleared.items()):
                 if at < now - CLEARED_MEMORY_MS:
@@ -151,7 +259,7 @@ class InMemoryTaskStore:
                     return key < mark if query.descending else key > mark
 
                 ordered = [t for t in ordered if after(t)]
-            page = [t.model_copy(deep=True) for t in ordered[: query.limit]]
+            page = [fresh_copy(t) for t in ordered[: query.limit]]
         more = len(ordered) > query.limit
         last = page[-1] if page and more else None
         return TaskPage(
@@ -181,7 +289,7 @@ class InMemoryTaskStore:
         with self._lock:
             tasks = sorted(
                 (
-                    t.model_copy(deep=True)
+                    fresh_copy(t)
                     for t in self._tasks.values()
                     if t.backend == backend and t.updated_at >= since
                 ),
@@ -212,9 +320,8 @@ class InMemoryTaskStore:
             orphans = sorted(
                 (
                     t
-                    for t in self._tasks.values()
+                    for t in (self._tasks[i] for i in self._pending)
                     if t.backend == backend
-                    and t.status in PENDING_STATUSES
                     and t.owner != owner
                     and not self._lease_live(t.owner, now)
                 ),
@@ -222,7 +329,7 @@ class InMemoryTaskStore:
             )[: max(limit, 0)]
             for task in orphans:
                 task.owner = owner
-            return [t.model_copy(deep=True) for t in orphans]
+            return [fresh_copy(t) for t in orphans]
 
     def _queue_view(self, backend: str) -> QueueView:
         now = now_ms()
@@ -239,8 +346,8 @@ class InMemoryTaskStore:
                 owner_live=self._lease_live(t.owner, now),
                 not_before=t.retry_at if t.status is TaskStatus.QUEUED else None,
             )
-            for t in self._tasks.values()
-            if t.backend == backend and t.status in PENDING_STATUSES
+            for t in (self._tasks[i] for i in self._pending)
+            if t.backend == backend
         ]
         turns = {parent: key for (of, parent), key in self._turns.items() if of == backend}
         return QueueView(entries=entries, last_admitted=turns)
@@ -249,6 +356,19 @@ class InMemoryTaskStore:
         with self._lock:
             return self._queue_view(backend)
 
+    async def queued_ahead(self, task: Task) -> int:
+        if has_nul(task.backend, task.parent_session_id, task.id):
+            return 0
+        mine = (task.created_at, task.id)
+        with self._lock:
+            return sum(
+                1
+                for t in self._of_parent(task.parent_session_id)
+                if t.status is TaskStatus.QUEUED
+                and t.backend == task.backend
+                and (t.created_at, t.id) < mine
+            )
+
     async def admit(
         self,
         backend: str,
@@ -256,12 +376,13 @@ class InMemoryTaskStore:
         owner: str,
         limit: int = 100,
         *,
-        include: str | None = None,
+        include: Include = None,
         fresh_ms: int = FRESH_MS,
     ) -> list[Task]:
         with self._lock:
             view = self._queue_view(backend)
             now = now_ms()
+            include = included(include)
             chosen = choose(
                 view.entries,
                 view.last_admitted,
@@ -273,13 +394,14 @@ class InMemoryTaskStore:
                 fresh_ms=fresh_ms,
             )
             out = []
+            preparing = included(include)
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
             ):
-                changed = admitted(self._tasks[entry.id].model_copy(deep=True), owner, now, include)
+                changed = admitted(fresh_copy(self._tasks[entry.id]), owner, now, preparing)
                 if changed is None:
                     continue
-                self._tasks[entry.id] = changed.model_copy(deep=True)
+                self._put(fresh_copy(changed))
                 self._turns[(backend, entry.parent)] = key
                 out.append(changed)
             return out
@@ -289,7 +411,7 @@ class InMemoryTaskStore:
             task = self._tasks.get(task_id)
             if task is None or task.status is not TaskStatus.QUEUED:
                 return None
-            del self._tasks[task_id]
+            self._remove(task_id)
             self._cleared[task_id] = (task.backend, now_ms())
             for notice in list(self._notices.values()):
                 if notice.task_id == task_id:
@@ -303,9 +425,9 @@ class InMemoryTaskStore:
             seen = {session_id}
             while sessions:
                 parent = sessions.pop()
-                for task in self._tasks.values():
-                    if task.parent_session_id == parent and task.id not in found:
-                        found[task.id] = task.model_copy(deep=True)
+                for task in self._of_parent(parent):
+                    if task.id not in found:
+                        found[task.id] = fresh_copy(task)
                         if task.session_id and task.session_id not in seen:
                             seen.add(task.session_id)
                             sessions.append(task.session_id)
@@ -366,3 +488,11 @@ class InMemoryTaskStore:
     async def delete_notice(self, notice_id: str) -> None:
         with self._lock:
             self._notices.pop(notice_id, None)
+
+
+def _unindex(index: dict[str, set[str]], key: str, task_id: str) -> None:
+    ids = index.get(key)
+    if ids is not None:
+        ids.discard(task_id)
+        if not ids:
+            del index[key]

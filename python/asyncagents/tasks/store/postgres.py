@@ -33,7 +33,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, Include, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
@@ -162,6 +162,14 @@ _MIGRATE_2_TO_3 = (
     "CREATE INDEX tasks_status_updated ON tasks (backend, status, updated_at, id)",
     "CREATE INDEX tasks_agent_updated ON tasks (backend, agent, updated_at, id)",
     *TOTALS_TABLES,
+)
+
+#: the queued tasks by backend and parent, for a new task's place in its parent's queue
+#: (`queued_ahead`): made when missing, by every version's schema (an index only: a schema with
+#: it or without it is read alike, so it needs no version of its own)
+_QUEUED_INDEX = (
+    "CREATE INDEX tasks_queued ON tasks (backend, parent_session_id, created_at, id) "
+    "WHERE status = 'queued'"
 )
 
 _TASK_COLUMNS = "id, data, backend, owner"
@@ -371,7 +379,7 @@ class PostgresTaskStore:
             relations = {str(r[0]) for r in await cur.fetchall()}
             if not relations:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-                for statement in (*_SCHEMA, *_MIGRATE_1_TO_2, *_MIGRATE_2_TO_3):
+                for statement in (*_SCHEMA, *_MIGRATE_1_TO_2, *_MIGRATE_2_TO_3, _QUEUED_INDEX):
                     await conn.execute(statement)  # search_path points at the schema
                 await self._index_search(conn)
                 await conn.execute(
@@ -392,13 +400,16 @@ class PostgresTaskStore:
                         "use another schema"
                     )
                 if version == SCHEMA_VERSION and relations == _TABLES:
+                    await self._index_queued(conn)
                     return
                 if version == 1 and relations == _V1_TABLES:
                     await self._migrate_1_to_2(conn)
                     await self._migrate_2_to_3(conn)
+                    await self._index_queued(conn)
                     return
                 if version == 2 and relations == _V2_TABLES:
                     await self._migrate_2_to_3(conn)
+                    await self._index_queued(conn)
                     return
             names = ", ".join(sorted(relations))
             raise StoreError(
@@ -406,6 +417,16 @@ class PostgresTaskStore:
                 f"{names}); it was left untouched. Give PostgresTaskStore another schema= or "
                 "database."
             )
+
+    async def _index_queued(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """`_QUEUED_INDEX`, unless the schema has it (a schema made before it existed)."""
+        cur = await conn.execute(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = 'tasks_queued'",
+            (self.schema,),
+        )
+        if await cur.fetchone() is None:
+            await conn.execute(_QUEUED_INDEX)
 
     async def _index_search(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """A trigram index on ``tasks.search`` (extension ``pg_trgm``), so a search of 3 or
@@ -938,6 +959,17 @@ class PostgresTaskStore:
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 return await self._queue_view(conn, backend)
 
+    async def queued_ahead(self, task: Task) -> int:
+        if _has_nul(task.backend, task.parent_session_id, task.id):
+            return 0
+        rows = await self._fetch(
+            f"counting the queue before task {task.id}",
+            "SELECT count(*) FROM tasks WHERE backend = %s AND parent_session_id = %s "
+            "AND status = 'queued' AND (created_at, id) < (%s, %s)",
+            (task.backend, task.parent_session_id, task.created_at, task.id),
+        )
+        return int(rows[0][0])
+
     async def admit(
         self,
         backend: str,
@@ -945,7 +977,7 @@ class PostgresTaskStore:
         owner: str,
         limit: int = 100,
         *,
-        include: str | None = None,
+        include: Include = None,
         fresh_ms: int = FRESH_MS,
     ) -> list[Task]:
         what = f"admitting queued tasks of backend {backend!r}"

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..admission import FRESH_MS, Caps, Entry, admitted, choose, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, Include, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
@@ -170,6 +170,13 @@ _MIGRATE_3_TO_4 = (
     "CREATE INDEX tasks_status_updated ON tasks (backend, status, updated_at, id)",
     "CREATE INDEX tasks_agent_updated ON tasks (backend, agent, updated_at, id)",
     *TOTALS_TABLES,
+)
+#: the queued tasks by backend and parent, for a new task's place in its parent's queue
+#: (`queued_ahead`): made on every open if missing (an index only: the files of every version
+#: with it or without it are read alike, so it needs no version of its own)
+_QUEUED_INDEX = (
+    "CREATE INDEX IF NOT EXISTS tasks_queued ON tasks (backend, parent_session_id, created_at, "
+    "id) WHERE status = 'queued'"
 )
 #: the search index, made after `_fill_derived` (then built from the filled column): trigrams of
 #: ``tasks.search`` (FTS5, external content), kept in step by triggers; a search of 3 or more
@@ -408,6 +415,7 @@ class SQLiteTaskStore:
                         db.execute(statement)
                     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                db.execute(_QUEUED_INDEX)
                 db.execute("COMMIT")
             except BaseException:
                 _rollback(db)
@@ -903,6 +911,20 @@ class SQLiteTaskStore:
             f"reading the queue of backend {backend!r}", lambda db: self._queue_view(db, backend)
         )
 
+    async def queued_ahead(self, task: Task) -> int:
+        if has_nul(task.backend, task.parent_session_id, task.id):
+            return 0
+
+        def work(db: sqlite3.Connection) -> int:
+            row = db.execute(
+                "SELECT count(*) FROM tasks INDEXED BY tasks_queued WHERE backend = ? AND "
+                "parent_session_id = ? AND status = 'queued' AND (created_at, id) < (?, ?)",
+                (task.backend, task.parent_session_id, task.created_at, task.id),
+            ).fetchone()
+            return int(row[0])
+
+        return await self._run(f"counting the queue before task {task.id}", work)
+
     async def admit(
         self,
         backend: str,
@@ -910,7 +932,7 @@ class SQLiteTaskStore:
         owner: str,
         limit: int = 100,
         *,
-        include: str | None = None,
+        include: Include = None,
         fresh_ms: int = FRESH_MS,
     ) -> list[Task]:
         def work(db: sqlite3.Connection) -> list[Task]:
