@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .admission import Caps
 from .jobs import PassLoop
@@ -25,8 +26,24 @@ log = logging.getLogger(__name__)
 BATCH = 50
 
 
+@dataclass
+class _Pass:
+    """An admission pass that has not read the queue yet: callers join it until it does."""
+
+    #: the tasks its callers are preparing, admitted all the same (`TaskStore.admit`)
+    include: set[str] = field(default_factory=set)
+    job: asyncio.Task[list[Task]] | None = None
+
+
 class Admitter:
-    """Admits queued tasks of one backend for one manager; hands each to `on_admitted`."""
+    """Admits queued tasks of one backend for one manager; hands each to `on_admitted`.
+
+    Passes are shared: a caller that asks for one while another pass is about to read the queue
+    joins it, and one that asks while a pass runs joins the next one, which starts when the
+    running one ends. So a burst of new tasks costs a few passes, not one each (each pass reads
+    every pending task of the backend), and none is missed: a pass reads the queue after every
+    task its callers stored.
+    """
 
     def __init__(
         self,
@@ -50,20 +67,30 @@ class Admitter:
             "task-admitter", self.admit_now, interval, log, "admission pass failed (retried)"
         )
         self._pass_lock = asyncio.Lock()
+        #: the pass new callers join (it has not read the queue yet), if any
+        self._next: _Pass | None = None
+        #: passes started and not ended
+        self._passes: set[asyncio.Task[list[Task]]] = set()
         #: passes planned for when a try again's backoff ends
         self._timers: set[asyncio.TimerHandle] = set()
         #: tasks this manager admitted (for tests and benchmarks)
         self.admitted = 0
+        #: passes made (for tests and benchmarks)
+        self.passes = 0
 
     def start(self) -> None:
         """Start the loop (idempotent); it makes a first pass at once."""
         self._loop.start()
 
     async def stop(self) -> None:
+        """Stop the loop and the timers, and wait for the passes under way (their callers wait
+        for them: a pass is never cut off), so that nothing is admitted after."""
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
         await self._loop.stop()
+        while self._passes:
+            await asyncio.wait(set(self._passes))
 
     def poke(self) -> None:
         """Make a pass now (a slot may have freed, or a task joined the queue)."""
@@ -87,10 +114,38 @@ class Admitter:
         self._timers.add(timer)
 
     async def admit_now(self, *, include: str | None = None) -> list[Task]:
-        """One pass: admit what the caps allow now, hand it on, return it. `include`: a task
-        that may be admitted though its fork is still being prepared (by this manager)."""
-        out: list[Task] = []
+        """A pass that reads the queue after this call: admit what the caps allow, hand it on,
+        return it (with what the callers it was shared with asked for). `include`: a task that
+        may be admitted though its session or fork is still being prepared (by this manager).
+
+        A failing store raises its `StoreError` to every caller of the pass. Cancelling a
+        caller leaves the pass running for the others.
+        """
+        joined = self._next
+        if joined is None:
+            joined = self._next = _Pass()
+            joined.job = asyncio.get_running_loop().create_task(
+                self._run(joined), name="task-admission-pass"
+            )
+            self._passes.add(joined.job)
+            joined.job.add_done_callback(self._ended)
+        if include is not None:
+            joined.include.add(include)
+        assert joined.job is not None
+        return await asyncio.shield(joined.job)
+
+    def _ended(self, job: asyncio.Task[list[Task]]) -> None:
+        self._passes.discard(job)
+        if not job.cancelled():
+            job.exception()  # retrieved: every caller that waits gets it
+
+    async def _run(self, joined: _Pass) -> list[Task]:
         async with self._pass_lock:
+            if self._next is joined:
+                self._next = None  # from here on, a caller waits for the next pass
+            include = frozenset(joined.include)
+            self.passes += 1
+            out: list[Task] = []
             while True:
                 batch = await self._store.admit(
                     self._backend_name,
