@@ -168,6 +168,38 @@ async def test_no_change_of_a_callers_task_reaches_the_stored_one(store: TaskSto
     assert await store.get(queued.id) == expected
 
 
+async def test_tree_costs_reads_id_session_and_cost_of_the_parents_tasks(
+    store: TaskStore,
+) -> None:
+    """Every task of the parents given, of any backend (not their children's tasks), with
+    its child session and ``usage.cost``, as stored now."""
+    top = make_task("tsk_top", parent="ses_root", session_id="ses_child")
+    top.usage = TaskUsage(cost=0.25)
+    other_backend = make_task("tsk_b2", parent="ses_root", backend="b2")
+    other_backend.usage = TaskUsage(cost=1.5)
+    below = make_task("tsk_below", parent="ses_child")
+    below.usage = TaskUsage(cost=0.125)
+    elsewhere = make_task("tsk_elsewhere", parent="ses_other")
+    for task in (top, other_backend, below, elsewhere):
+        await store.insert(task)
+    got = await store.tree_costs(["ses_root"])
+    assert sorted((c.id, c.session_id, c.cost) for c in got) == [
+        ("tsk_b2", None, 1.5),
+        ("tsk_top", "ses_child", 0.25),
+    ]
+    both = await store.tree_costs(["ses_child", "ses_root", "ses_child"])
+    assert sorted(c.id for c in both) == ["tsk_b2", "tsk_below", "tsk_top"]
+
+    def spend(t: Task) -> tuple[Task, None]:
+        t.usage = TaskUsage(cost=2.0)
+        return t, None
+
+    await store.update("tsk_top", spend)
+    assert {c.id: c.cost for c in await store.tree_costs(["ses_root"])}["tsk_top"] == 2.0
+    assert await store.tree_costs([]) == []
+    assert await store.tree_costs(["ses_root\x00", "ses_missing"]) == []
+
+
 async def test_insert_of_an_existing_id_raises_store_error_and_keeps_the_row(
     store: TaskStore,
 ) -> None:

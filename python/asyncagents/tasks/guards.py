@@ -179,18 +179,19 @@ class TreeSpend:
         return await asyncio.shield(reading)
 
     async def _read(self, root: str) -> dict[str, float]:
-        """Task id -> cost of the tasks under `root`, level by level (parents are indexed)."""
+        """Task id -> cost of the tasks under `root`, level by level (parents are indexed):
+        one store read per level, of three columns (`TaskStore.tree_costs`), whatever the
+        number of tasks."""
         costs: dict[str, float] = {}
         level = [root]
         for depth in range(1, self._max_depth + 1):
             below: list[str] = []
-            for session_id in level:
-                for task in await self._store.list_tasks(session_id):
-                    if task.id in costs:
-                        continue
-                    costs[task.id] = task.usage.cost
-                    if task.session_id and depth < self._max_depth:
-                        below.append(task.session_id)
+            for task in await self._store.tree_costs(level):
+                if task.id in costs:
+                    continue
+                costs[task.id] = task.cost
+                if task.session_id and depth < self._max_depth:
+                    below.append(task.session_id)
             if not below:
                 break
             level = below

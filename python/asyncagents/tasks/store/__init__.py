@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import ACTIVE_STATUSES, PENDING_STATUSES, Mutation, QueueView, TaskStore
+from .base import ACTIVE_STATUSES, PENDING_STATUSES, Mutation, QueueView, TaskCost, TaskStore
 from .memory import InMemoryTaskStore
 from .sqlite import SQLiteTaskStore
 
@@ -25,6 +25,7 @@ __all__ = [
     "PostgresTaskStore",
     "QueueView",
     "SQLiteTaskStore",
+    "TaskCost",
     "TaskStore",
 ]
 

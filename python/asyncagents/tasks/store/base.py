@@ -47,6 +47,15 @@ ACTIVE_STATUSES: frozenset[TaskStatus] = frozenset(s for s in TaskStatus if s.ac
 PENDING_STATUSES: frozenset[TaskStatus] = frozenset(s for s in TaskStatus if s.pending)
 
 
+@dataclass(frozen=True)
+class TaskCost:
+    """What a tree's budget reads of one task (`TaskStore.tree_costs`)."""
+
+    id: str
+    session_id: str | None
+    cost: float
+
+
 @dataclass
 class QueueView:
     """A backend's queued and running tasks as admission sees them, and each parent's last
@@ -134,6 +143,11 @@ class TaskStore(Protocol):
 
     async def queue_view(self, backend: str) -> QueueView:
         """The queued and running tasks of `backend` (a snapshot, for a queued task's place)."""
+
+    async def tree_costs(self, parent_session_ids: Collection[str]) -> list[TaskCost]:
+        """The id, child session and cost (``usage.cost``) of every task of these parent
+        sessions, whatever their backend: a tree's spend (`guards.TreeSpend`), read from
+        indexed columns (no record is loaded), one level of the tree per call."""
 
     async def queued_ahead(self, task: Task) -> int:
         """How many queued tasks of `task`'s parent, on its backend, are before it in its

@@ -36,7 +36,7 @@ from ..queries import (
     sort_key,
     stats_of,
 )
-from .base import PENDING_STATUSES, Mutation, QueueView
+from .base import PENDING_STATUSES, Mutation, QueueView, TaskCost
 from .rows import seconds_to_ms as _ms
 
 M = TypeVar("M", bound=BaseModel)
@@ -355,6 +355,15 @@ class InMemoryTaskStore:
     async def queue_view(self, backend: str) -> QueueView:
         with self._lock:
             return self._queue_view(backend)
+
+    async def tree_costs(self, parent_session_ids: Collection[str]) -> list[TaskCost]:
+        with self._lock:
+            return [
+                TaskCost(t.id, t.session_id, t.usage.cost)
+                for parent in dict.fromkeys(parent_session_ids)
+                if not has_nul(parent)
+                for t in self._of_parent(parent)
+            ]
 
     async def queued_ahead(self, task: Task) -> int:
         if has_nul(task.backend, task.parent_session_id, task.id):

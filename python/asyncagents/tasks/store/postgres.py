@@ -50,7 +50,7 @@ from ..queries import (
     percentile_rank,
     stats_of,
 )
-from .base import PENDING_STATUSES, Mutation, QueueView
+from .base import PENDING_STATUSES, Mutation, QueueView, TaskCost
 from .rows import (
     DERIVED_COLUMNS,
     INSERT_MODEL,
@@ -958,6 +958,17 @@ class PostgresTaskStore:
             async with conn.transaction():  # one snapshot for both reads
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 return await self._queue_view(conn, backend)
+
+    async def tree_costs(self, parent_session_ids: Collection[str]) -> list[TaskCost]:
+        parents = [p for p in dict.fromkeys(parent_session_ids) if not _has_nul(p)]
+        if not parents:
+            return []
+        rows = await self._fetch(
+            "reading the costs of a tree of tasks",
+            "SELECT id, session_id, cost FROM tasks WHERE parent_session_id = ANY(%s)",
+            (parents,),
+        )
+        return [TaskCost(str(r[0]), r[1], float(r[2])) for r in rows]
 
     async def queued_ahead(self, task: Task) -> int:
         if _has_nul(task.backend, task.parent_session_id, task.id):

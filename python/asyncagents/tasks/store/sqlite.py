@@ -41,7 +41,7 @@ from ..queries import (
     percentile_rank,
     stats_of,
 )
-from .base import PENDING_STATUSES, Mutation, QueueView
+from .base import PENDING_STATUSES, Mutation, QueueView, TaskCost
 from .rows import (
     DERIVED_COLUMNS,
     INSERT_MODEL,
@@ -910,6 +910,23 @@ class SQLiteTaskStore:
         return await self._run(
             f"reading the queue of backend {backend!r}", lambda db: self._queue_view(db, backend)
         )
+
+    async def tree_costs(self, parent_session_ids: Collection[str]) -> list[TaskCost]:
+        parents = [p for p in dict.fromkeys(parent_session_ids) if not has_nul(p)]
+
+        def work(db: sqlite3.Connection) -> list[TaskCost]:
+            out: list[TaskCost] = []
+            for start in range(0, len(parents), 500):  # within SQLite's bound on parameters
+                chunk = parents[start : start + 500]
+                rows = db.execute(
+                    "SELECT id, session_id, cost FROM tasks WHERE parent_session_id IN "
+                    f"({', '.join('?' * len(chunk))})",
+                    chunk,
+                )
+                out.extend(TaskCost(r[0], r[1], float(r[2])) for r in rows)
+            return out
+
+        return await self._run("reading the costs of a tree of tasks", work)
 
     async def queued_ahead(self, task: Task) -> int:
         if has_nul(task.backend, task.parent_session_id, task.id):
