@@ -1006,11 +1006,22 @@ class SQLiteTaskStore:
                 )
             )
 
-        # a look without the write lock first: most passes at saturation find nothing to start,
-        # and need not queue for the lock every other process wants (the locked pass decides)
-        if not await self._run(f"reading the queue of backend {backend!r}", anything):
-            return []
-        return await self._write(f"admitting queued tasks of backend {backend!r}", work)
+        def look_then_admit(db: sqlite3.Connection) -> list[Task]:
+            # a look without the write lock first: most passes at saturation find nothing to
+            # start, and need not queue for the lock every other process wants (the locked pass
+            # decides); both in one trip to the store's thread
+            if not anything(db):
+                return []
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                out = work(db)
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+            return out
+
+        return await self._run(f"admitting queued tasks of backend {backend!r}", look_then_admit)
 
     async def delete_queued(self, task_id: str) -> Task | None:
         def work(db: sqlite3.Connection) -> Task | None:
