@@ -33,6 +33,8 @@ class _Pass:
     #: the tasks its callers are preparing, admitted all the same (`TaskStore.admit`)
     include: set[str] = field(default_factory=set)
     job: asyncio.Task[list[Task]] | None = None
+    #: what it admitted, by id (made once, for the callers that look for their task)
+    by_id: dict[str, Task] | None = None
 
 
 class Admitter:
@@ -121,6 +123,23 @@ class Admitter:
         A failing store raises its `StoreError` to every caller of the pass. Cancelling a
         caller leaves the pass running for the others.
         """
+        joined = self._join(include)
+        assert joined.job is not None
+        return await asyncio.shield(joined.job)
+
+    async def admit_task(self, task_id: str, *, preparing: bool = False) -> Task | None:
+        """`admit_now` for a caller that looks for one task: that task as the pass admitted
+        it, or None if it did not (found by id: a pass shared by many callers admits many).
+        `preparing`: it may be admitted though its session or fork is being prepared."""
+        joined = self._join(task_id if preparing else None)
+        assert joined.job is not None
+        admitted = await asyncio.shield(joined.job)
+        if joined.by_id is None:
+            joined.by_id = {t.id: t for t in admitted}
+        return joined.by_id.get(task_id)
+
+    def _join(self, include: str | None) -> _Pass:
+        """The pass that has not read the queue yet (a new one if none), with `include`."""
         joined = self._next
         if joined is None:
             joined = self._next = _Pass()
@@ -131,8 +150,7 @@ class Admitter:
             joined.job.add_done_callback(self._ended)
         if include is not None:
             joined.include.add(include)
-        assert joined.job is not None
-        return await asyncio.shield(joined.job)
+        return joined
 
     def _ended(self, job: asyncio.Task[list[Task]]) -> None:
         self._passes.discard(job)

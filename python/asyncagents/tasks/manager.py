@@ -808,11 +808,11 @@ class TaskManager:
         waits for the preparation in this process (one prepared elsewhere is admitted once it
         is ready).
         """
-        include = task.id if not task.ready and task.id in self._preparing else None
+        preparing = not task.ready and task.id in self._preparing
         try:
-            for admitted in await self.admitter.admit_now(include=include):
-                if admitted.id == task.id:
-                    return admitted
+            admitted = await self.admitter.admit_task(task.id, preparing=preparing)
+            if admitted is not None:
+                return admitted
         except StoreError as exc:
             # it is stored and queued: the admitter's next pass starts it
             log.warning("admission after queueing %s failed (retried): %s", task.id, exc)

@@ -3,13 +3,14 @@
 Each method runs without awaiting in between, so on one event loop every call is atomic; a
 thread lock also makes it safe to share between threads. Records are copied on the way in and
 out, so a caller mutating a returned task never changes the stored one; a copy shares only what
-cannot change (`fresh_copy`). Tasks are indexed by parent, by child session and by pending
-status, so the calls a new task makes (its parent's depth, its place in its parent's queue, an
-admission pass) read those tasks only, not every stored one.
+cannot change (`fresh_copy`). Tasks are indexed by parent, by child session, by pending status
+and (the queued ones) by parent again, so the calls a new task makes (its parent's depth, its
+place in its parent's queue, an admission pass) read those tasks only, not every stored one.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import enum
 import threading
@@ -136,10 +137,14 @@ class InMemoryTaskStore:
         #: (backend, parent) -> key of the parent's last admission
         self._turns: dict[tuple[str, str], int] = {}
         #: indexes of `_tasks` (kept by `_put` and `_remove`): task ids by parent session, by
-        #: child session, and the ids of the pending (queued or running) tasks
+        #: child session, the ids of the pending (queued or running) tasks, and the queued ones
+        #: by parent session
         self._by_parent: dict[str, set[str]] = {}
         self._by_session: dict[str, set[str]] = {}
         self._pending: set[str] = set()
+        #: the queue order keys (created_at, id) of the queued tasks, sorted, by backend and
+        #: parent session: a place in a parent's queue is a binary search
+        self._queued: dict[tuple[str, str], list[tuple[int, str]]] = {}
 
     def _put(self, task: Task) -> None:
         """Store `task` (the store's own copy) under its id, and index it."""
@@ -156,6 +161,11 @@ class InMemoryTaskStore:
             self._pending.add(task.id)
         else:
             self._pending.discard(task.id)
+        if old is not None and old.status is TaskStatus.QUEUED:
+            self._unqueue(old)
+        if task.status is TaskStatus.QUEUED:
+            keys = self._queued.setdefault((task.backend, task.parent_session_id), [])
+            bisect.insort(keys, (task.created_at, task.id))
 
     def _remove(self, task_id: str) -> Task:
         task = self._tasks.pop(task_id)
@@ -163,7 +173,19 @@ class InMemoryTaskStore:
         if task.session_id:
             _unindex(self._by_session, task.session_id, task_id)
         self._pending.discard(task_id)
+        if task.status is TaskStatus.QUEUED:
+            self._unqueue(task)
         return task
+
+    def _unqueue(self, task: Task) -> None:
+        where = (task.backend, task.parent_session_id)
+        keys = self._queued.get(where, [])
+        key = (task.created_at, task.id)
+        at = bisect.bisect_left(keys, key)
+        if at < len(keys) and keys[at] == key:
+            del keys[at]
+            if not keys:
+                del self._queued[where]
 
     def _of_parent(self, parent_session_id: str) -> Iterable[Task]:
         return [self._tasks[i] for i in self._by_parent.get(parent_session_id, ())]
@@ -394,15 +416,9 @@ class InMemoryTaskStore:
     async def queued_ahead(self, task: Task) -> int:
         if has_nul(task.backend, task.parent_session_id, task.id):
             return 0
-        mine = (task.created_at, task.id)
         with self._lock:
-            return sum(
-                1
-                for t in self._of_parent(task.parent_session_id)
-                if t.status is TaskStatus.QUEUED
-                and t.backend == task.backend
-                and (t.created_at, t.id) < mine
-            )
+            keys = self._queued.get((task.backend, task.parent_session_id), [])
+            return bisect.bisect_left(keys, (task.created_at, task.id))
 
     async def admit(
         self,
