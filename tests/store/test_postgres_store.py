@@ -358,3 +358,38 @@ async def test_a_version_2_schema_gets_the_query_columns_and_totals_and_keeps_it
         == [("asyncagents-tasks", SCHEMA_VERSION)]
         == [("asyncagents-tasks", 3)]
     )
+
+
+async def test_a_schema_without_the_queued_index_gets_it_on_open_and_keeps_its_version(
+    pg_dsn: str,
+) -> None:
+    """The queued tasks' index (for a new task's place in its parent's queue) is made on open
+    when a schema of this version lacks it; the version stays, the rows are untouched."""
+    from asyncagents.tasks.models import TaskStatus
+
+    store = PostgresTaskStore(pg_dsn)
+    await store.open()
+    queued = [make_task(f"tsk_q{i}", status=TaskStatus.QUEUED, created_at=i) for i in range(3)]
+    for task in queued:
+        await store.insert(task)
+    await store.close()
+
+    def indexes() -> set[str]:
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = 'asyncagents'"
+            ).fetchall()
+        return {str(r[0]) for r in rows}
+
+    assert "tasks_queued" in indexes()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP INDEX asyncagents.tasks_queued")
+    assert "tasks_queued" not in indexes()
+    again = PostgresTaskStore(pg_dsn)
+    await again.open()
+    assert [await again.queued_ahead(t) for t in queued] == [0, 1, 2]
+    await again.close()
+    assert "tasks_queued" in indexes()
+    assert relations(pg_dsn, "asyncagents")["asyncagents_meta"] == [
+        ("asyncagents-tasks", SCHEMA_VERSION)
+    ]

@@ -842,3 +842,41 @@ async def test_a_version_3_file_gets_the_query_columns_and_totals_and_keeps_its_
     with sqlite3.connect(path) as check:
         assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     check.close()
+
+
+async def test_a_file_without_the_queued_index_gets_it_on_open_and_keeps_its_version(
+    tmp_path: Path,
+) -> None:
+    """The queued tasks' index (for a new task's place in its parent's queue) is made on open
+    when a file of this version lacks it (a file written before it existed); the version stays
+    and the rows are untouched."""
+    path = tmp_path / "tasks.db"
+    store = SQLiteTaskStore(path)
+    queued = [make_task(f"tsk_q{i}", status=TaskStatus.QUEUED, created_at=i) for i in range(3)]
+    for task in queued:
+        await store.insert(task)
+    await store.close()
+
+    def indexes() -> set[str]:
+        with sqlite3.connect(path) as db:
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+        db.close()
+        return {str(r[0]) for r in rows}
+
+    assert "tasks_queued" in indexes()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP INDEX tasks_queued")
+    db.close()
+    assert "tasks_queued" not in indexes()
+    again = SQLiteTaskStore(path)
+    assert [await again.queued_ahead(t) for t in queued] == [0, 1, 2]  # opens it first
+    await again.close()
+    assert "tasks_queued" in indexes()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert [r[0] for r in db.execute("SELECT id FROM tasks ORDER BY id")] == [
+            "tsk_q0",
+            "tsk_q1",
+            "tsk_q2",
+        ]
+    db.close()
