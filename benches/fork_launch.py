@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import statistics
 import subprocess
@@ -45,6 +46,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
 
 from asyncagents import build_fork_context  # noqa: E402
+from asyncagents.service.server import freeze_startup_heap  # noqa: E402
 from asyncagents.tasks import (  # noqa: E402
     OpenCodeBackend,
     PromptRequest,
@@ -186,6 +188,7 @@ async def launches(
         fork_builder=builder,
     )
     await manager.start()
+    freeze_startup_heap()  # as `asyncagents serve` does once started
     out: list[Marks] = []
     try:
         for _ in range(count + 1):  # the first is a warm-up
@@ -214,13 +217,17 @@ async def launches(
             out.append(marks)
     finally:
         await manager.aclose()
+        gc.unfreeze()
     return out[1:]
 
 
-async def inprocess_launches(count: int, store: Path, pause: float = 0.0) -> list[float]:
+async def inprocess_launches(
+    count: int, store: Path, pause: float = 0.0, freeze: bool = True
+) -> list[float]:
     """`task()` in ms, `count` plain launches one after another (each waited for until its
     child ended, then `pause` s), on the in-process backend: the manager and its SQLite store
-    alone, with no server process sharing the machine's cores."""
+    alone, with no server process sharing the machine's cores. `freeze`: the heap as it is
+    after start-up frozen, as `asyncagents serve` does (else every full collection walks it)."""
     from asyncagents.tasks import InProcessBackend
     from tasks_script import Script  # the tests' scripted replies
 
@@ -232,6 +239,8 @@ async def inprocess_launches(count: int, store: Path, pause: float = 0.0) -> lis
         TaskManagerConfig(notify_parent=False, wake="never", max_running=10_000),
     )
     await manager.start()
+    if freeze:
+        freeze_startup_heap()
     out: list[float] = []
     try:
         for _ in range(count + 1):
@@ -247,6 +256,7 @@ async def inprocess_launches(count: int, store: Path, pause: float = 0.0) -> lis
             await asyncio.sleep(pause)
     finally:
         await manager.aclose()
+        gc.unfreeze()
     return out[1:]
 
 
@@ -374,12 +384,15 @@ def main(argv: list[str] | None = None) -> None:
                 f" p99 {percentile(values, 0.99):.1f} ms, max {max(values):.1f} ms"
                 f" ({len(values)} launches)"
             )
-        for pause in (0.0, 0.2):
+        for pause, freeze in ((0.0, True), (0.2, True), (0.0, False)):
             alone = asyncio.run(
-                inprocess_launches(args.plain, root / f"inprocess-{pause}.sqlite3", pause)
+                inprocess_launches(
+                    args.plain, root / f"inprocess-{pause}-{freeze}.sqlite3", pause, freeze
+                )
             )
             print(
-                f"- `task()` plain on the in-process backend (no server process), each"
+                f"- `task()` plain on the in-process backend (no server process),"
+                f"{'' if freeze else ' the heap not frozen,'} each"
                 f" {pause * 1e3:.0f} ms after the previous child ended:"
                 f" median {statistics.median(alone):.1f} ms, p99 {percentile(alone, 0.99):.1f} ms,"
                 f" max {max(alone):.1f} ms ({len(alone)} launches)"
