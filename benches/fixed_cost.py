@@ -1,7 +1,7 @@
 """The fixed cost of a call: a 10-message session from dicts, the whole `build_fork_context`
-call against the engine alone (`_core` directly: the walk, the compaction slice, the render,
-as `ab.py` times it). The difference is the Python wrapper's share (the config, the result
-and stats objects).
+call against the engine alone (`_core` directly: the walk, then `ParsedSession.fork`, the
+compaction slice and the render, as `ab.py` times it). The difference is the Python wrapper's
+share (the config, the result and stats objects, the preamble).
 
     python3 benches/fixed_cost.py --messages 10
 
