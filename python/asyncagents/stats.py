@@ -56,6 +56,11 @@ def built(cls: type[_Model], values: dict[str, Any]) -> _Model:
     return model
 
 
+#: tier distributions made (frozen, so one serves every run with the same counts)
+_TIERS: dict[tuple[int, int, int], TierDistribution] = {}
+_TIERS_KEPT = 1024
+
+
 def engine_stats(
     original_count: int,
     final_count: int,
@@ -73,7 +78,12 @@ def engine_stats(
     compaction_tail_messages: int,
 ) -> ForkStats:
     """The stats of one run, from the counts an engine returned (ints and bools)."""
-    tiers = built(TierDistribution, {"tier1": tier1, "tier2": tier2, "tier3": tier3})
+    tiers = _TIERS.get((tier1, tier2, tier3))
+    if tiers is None:
+        tiers = built(TierDistribution, {"tier1": tier1, "tier2": tier2, "tier3": tier3})
+        if len(_TIERS) >= _TIERS_KEPT:
+            _TIERS.clear()
+        _TIERS[tier1, tier2, tier3] = tiers
     return built(
         ForkStats,
         {

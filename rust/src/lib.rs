@@ -204,12 +204,22 @@ impl ParsedSession {
                 py.detach(|| pipeline::measure(session, &planned, config, &mut params::NoObjects))?
             }
         };
+        // The lone surrogate check of what the context writes: done as the result `str` is
+        // written (its code units are copied once), and only when a unit copied is one, the
+        // check that names the first (`surrogates.rs`). A hard cap writes its message through
+        // UTF-8, so that one is checked before.
         let out = py.detach(|| {
-            pipeline::check_shown(session, kept, &planned, &measured, config)?;
+            if measured.hard_capped() {
+                pipeline::check_shown(session, kept, &planned, &measured, config)?;
+            }
             Ok::<_, InputError>(pipeline::write(session, &planned, &measured, config))
         })?;
+        let written = pystr::new_str(py, &out.context, out.total_chars)?;
+        if written.surrogate {
+            py.detach(|| pipeline::check_shown(session, kept, &planned, &measured, config))?;
+        }
         Ok(RenderResult {
-            context: pystr::new_str(py, &out.context, out.total_chars)?.unbind(),
+            context: written.string.unbind(),
             final_count: out.final_count,
             total_chars: out.total_chars,
             truncated_results: out.counts.truncated,

@@ -83,6 +83,13 @@ pub struct Measured {
     params: Params,
 }
 
+impl Measured {
+    /// Whether the newest message alone is shown, cut (`Fit::HardCap`).
+    pub fn hard_capped(&self) -> bool {
+        matches!(self.fit, Fit::HardCap { .. })
+    }
+}
+
 /// Measure the messages from the newest; dump the parameters of each before measuring it.
 pub fn measure(
     session: &Session,
