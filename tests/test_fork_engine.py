@@ -23,7 +23,8 @@ def summary(mid: str, parent: str, body: str = "SUMMARY") -> dict:
 
 def test_engine_stats_are_the_validated_model() -> None:
     counts = (10, 8, 21891, 1, 2, 4, 0, 3, 1, 2, True, True, 8, 6)
-    built = engine_stats(*counts)
+    # as an engine returns them: the context first, turn_removed last
+    built = engine_stats(counts[0], ("context", *counts[1:], 0))
     names = [name for name in ForkStats.model_fields if name != "tier_distribution"]
     order = (
         "original_count final_count total_chars truncated_results removed_messages tier1 tier2"

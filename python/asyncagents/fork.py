@@ -12,7 +12,7 @@ from .config import DEFAULT_CONFIG, ForkConfig
 from .errors import ForkInputError
 from .models import Message
 from .plain import plain_dict, plain_seq
-from .preamble import build_preamble
+from .preamble import cached_preamble
 from .stats import ForkStats, built, engine_stats
 
 Engine = Literal["rust", "python"]
@@ -58,11 +58,12 @@ def build_fork_context(
         original_count, out = _run_python(messages, config)
     else:
         raise ValueError(f'engine must be "rust" or "python", not {engine!r}')
-    context, turn_removed = out[0], out[14]
-    stats = engine_stats(original_count, *out[1:14])
+    context = out[0]
+    stats = engine_stats(original_count, out)
     if not context:
         return built(ForkContext, {"text": "", "preamble": "", "context": "", "stats": stats})
-    preamble = build_preamble(stats, config, turn_removed=turn_removed)
+    # the counts the preamble says (removed_messages to compaction_detected, turn_removed)
+    preamble = cached_preamble(stats, config, out[14], (out[4:12], out[14]))
     return built(
         ForkContext,
         {
@@ -123,8 +124,12 @@ def _dump(message: Message) -> dict[str, Any]:
     return data
 
 
+#: the input types read as JSON text (a tuple: `isinstance` of a union is slower)
+_TEXT_TYPES = (bytes, bytearray, memoryview, str)
+
+
 def _is_text(messages: MessagesInput) -> bool:
-    return isinstance(messages, bytes | bytearray | memoryview | str)
+    return isinstance(messages, _TEXT_TYPES)
 
 
 def _run_python(messages: MessagesInput, config: ForkConfig) -> tuple[int, _Out]:

@@ -10,7 +10,7 @@ _ADVICE = "If you need complete file contents or detailed results, re-read the f
 
 #: preambles made, by config object and the counts they say (with the config, so that its id
 #: names no other object while it is here): forks of one parent mostly say the same
-_MADE: dict[tuple[int, int, int, int, bool, int, int, bool, int], tuple[ForkConfig, str]] = {}
+_MADE: dict[tuple[int, object], tuple[ForkConfig, str]] = {}
 #: preambles kept at most (then the cache starts again)
 _MADE_KEPT = 256
 
@@ -20,19 +20,21 @@ def build_preamble(stats: ForkStats, config: ForkConfig, *, turn_removed: int = 
 
     Two lines beyond the contract's, only where they apply: the user turns ``fork_turns`` kept
     (`turn_removed` older messages dropped), and why the budget is what it is
-    (``budget_reason``). Made once per config object and counts (`_MADE`)."""
-    tiers = stats.tier_distribution
-    key = (
-        id(config), tiers.tier1, tiers.tier2, tiers.tier3, stats.compaction_detected,
-        stats.compacted_results, stats.removed_messages, stats.hard_capped, turn_removed,
-    )  # fmt: skip
-    made = _MADE.get(key)
+    (``budget_reason``)."""
+    return _preamble(stats, config, turn_removed)
+
+
+def cached_preamble(stats: ForkStats, config: ForkConfig, turn_removed: int, key: object) -> str:
+    """`build_preamble`, made once per config object and `key`, a hashable value that holds
+    every count the preamble says (the tiers, ``compaction_detected``, ``compacted_results``,
+    ``removed_messages``, ``hard_capped`` and `turn_removed`), and maybe more."""
+    made = _MADE.get((id(config), key))
     if made is not None and made[0] is config:
         return made[1]
     text = _preamble(stats, config, turn_removed)
     if len(_MADE) >= _MADE_KEPT:
         _MADE.clear()
-    _MADE[key] = (config, text)
+    _MADE[id(config), key] = (config, text)
     return text
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -57,47 +58,34 @@ def built(cls: type[_Model], values: dict[str, Any]) -> _Model:
 
 
 #: tier distributions made (frozen, so one serves every run with the same counts)
-_TIERS: dict[tuple[int, int, int], TierDistribution] = {}
+_TIERS: dict[Sequence[Any], TierDistribution] = {}
 _TIERS_KEPT = 1024
 
 
-def engine_stats(
-    original_count: int,
-    final_count: int,
-    total_chars: int,
-    truncated_results: int,
-    removed_messages: int,
-    tier1: int,
-    tier2: int,
-    tier3: int,
-    head_tail_applied: int,
-    compacted_results: int,
-    hard_capped: bool,
-    compaction_detected: bool,
-    compaction_slice_index: int,
-    compaction_tail_messages: int,
-) -> ForkStats:
-    """The stats of one run, from the counts an engine returned (ints and bools)."""
-    tiers = _TIERS.get((tier1, tier2, tier3))
+def engine_stats(original_count: int, out: Sequence[Any]) -> ForkStats:
+    """The stats of one run, from what an engine returned: ``(context, final_count,
+    total_chars, truncated_results, removed_messages, tier1, tier2, tier3, head_tail_applied,
+    compacted_results, hard_capped, compaction_detected, compaction_slice_index,
+    compaction_tail_messages, …)`` (ints and bools)."""
+    counts = out[5:8]
+    tiers = _TIERS.get(counts)
     if tiers is None:
-        tiers = built(TierDistribution, {"tier1": tier1, "tier2": tier2, "tier3": tier3})
+        tiers = built(TierDistribution, dict(zip(("tier1", "tier2", "tier3"), counts, strict=True)))
         if len(_TIERS) >= _TIERS_KEPT:
             _TIERS.clear()
-        _TIERS[tier1, tier2, tier3] = tiers
-    return built(
-        ForkStats,
-        {
-            "original_count": original_count,
-            "final_count": final_count,
-            "total_chars": total_chars,
-            "truncated_results": truncated_results,
-            "removed_messages": removed_messages,
-            "compaction_detected": compaction_detected,
-            "compaction_slice_index": compaction_slice_index,
-            "tier_distribution": tiers,
-            "head_tail_applied": head_tail_applied,
-            "compacted_results": compacted_results,
-            "compaction_tail_messages": compaction_tail_messages,
-            "hard_capped": hard_capped,
-        },
-    )
+        _TIERS[counts] = tiers
+    values = {
+        "original_count": original_count,
+        "final_count": out[1],
+        "total_chars": out[2],
+        "truncated_results": out[3],
+        "removed_messages": out[4],
+        "compaction_detected": out[11],
+        "compaction_slice_index": out[12],
+        "tier_distribution": tiers,
+        "head_tail_applied": out[8],
+        "compacted_results": out[9],
+        "compaction_tail_messages": out[13],
+        "hard_capped": out[10],
+    }
+    return built(ForkStats, values)
