@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from asyncagents import ForkConfig, ForkStats, _core, build_fork_context
+from asyncagents import ForkConfig, ForkInputError, ForkStats, _core, build_fork_context
 from asyncagents.fork import ForkContext
 from asyncagents.stats import TierDistribution, engine_stats
 from fork_builders import assistant, compaction, text, tool, user
@@ -94,3 +94,21 @@ def test_fork_answers_none_for_an_unread_body_and_the_wrapper_walks_again() -> N
     assert forked is not None
     assert forked[11:] == (True, 1, 0, 0)
     assert build_fork_context(doc) == build_fork_context(doc, engine="python")
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_a_body_fault_stage_1_keeps_counts_though_fork_turns_drops_it(engine: str) -> None:
+    """Both engines read the bodies of what stage 1 keeps before they count user turns."""
+    doc = [
+        user("msg_1", text("a")),
+        user("msg_2", {"type": "text", "text": False}),
+        user("msg_3", text("b")),
+    ]
+    with pytest.raises(
+        ForkInputError, match=r"^messages\[1\]\.parts\[0\]\.text: expected a string$"
+    ):
+        build_fork_context(doc, ForkConfig(fork_turns=1), engine=engine)
+    # without the fault, the same config keeps only the last turn
+    doc[1] = user("msg_2", text("c"))
+    forked = build_fork_context(doc, ForkConfig(fork_turns=1), engine=engine)
+    assert forked.context == "<inherited_context>\nUser:\nb\n</inherited_context>"

@@ -147,7 +147,8 @@ impl ParsedSession {
     /// truncated_results, removed_messages, tier1, tier2, tier3, head_tail_applied,
     /// compacted_results, hard_capped, compaction_detected, compaction_slice_index,
     /// compaction_tail_messages, turn_removed)`. `None` when stage 1 keeps a message older
-    /// than `bodies_from` (rare): walk with `every_body=True` and call again.
+    /// than `bodies_from` (rare): walk with `every_body=True` and call again. The fault of a
+    /// body stage 1 keeps is raised even when `fork_turns` drops its message.
     fn fork<'py>(
         &self,
         py: Python<'py>,
@@ -158,6 +159,9 @@ impl ParsedSession {
         if sliced.kept.iter().any(|&m| m < self.bodies_from) {
             return Ok(None);
         }
+        // A body's fault counts for every message stage 1 keeps, `fork_turns` or not: the
+        // reference reads their bodies before it counts the user turns.
+        self.check_bodies(&sliced.kept)?;
         let sliced = compaction::keep_last_turns(&self.session, sliced, config.fork_turns);
         let out = self.render_kept(py, &sliced.kept, &config)?;
         let int = |n: usize| n.into_pyobject(py).map(Bound::into_any);
