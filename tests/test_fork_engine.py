@@ -4,6 +4,7 @@ the reference and as validated models."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -96,19 +97,22 @@ def test_fork_answers_none_for_an_unread_body_and_the_wrapper_walks_again() -> N
     assert build_fork_context(doc) == build_fork_context(doc, engine="python")
 
 
+@pytest.mark.parametrize("as_json", [False, True])
 @pytest.mark.parametrize("engine", ["rust", "python"])
-def test_a_body_fault_stage_1_keeps_counts_though_fork_turns_drops_it(engine: str) -> None:
+def test_a_body_fault_stage_1_keeps_counts_though_fork_turns_drops_it(
+    engine: str, as_json: bool
+) -> None:
     """Both engines read the bodies of what stage 1 keeps before they count user turns."""
     doc = [
         user("msg_1", text("a")),
         user("msg_2", {"type": "text", "text": False}),
         user("msg_3", text("b")),
     ]
-    with pytest.raises(
-        ForkInputError, match=r"^messages\[1\]\.parts\[0\]\.text: expected a string$"
-    ):
-        build_fork_context(doc, ForkConfig(fork_turns=1), engine=engine)
+    config = ForkConfig(fork_turns=1)
+    message = r"^messages\[1\]\.parts\[0\]\.text: expected a string$"
+    with pytest.raises(ForkInputError, match=message):
+        build_fork_context(json.dumps(doc) if as_json else doc, config, engine=engine)
     # without the fault, the same config keeps only the last turn
     doc[1] = user("msg_2", text("c"))
-    forked = build_fork_context(doc, ForkConfig(fork_turns=1), engine=engine)
+    forked = build_fork_context(json.dumps(doc) if as_json else doc, config, engine=engine)
     assert forked.context == "<inherited_context>\nUser:\nb\n</inherited_context>"
