@@ -117,6 +117,23 @@ unsafe fn ascii_str<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyS
 /// Write the pieces of `context` into `out`, whose units are wide enough for every one. The
 /// count written and whether a copied unit is a surrogate, or `None` when `out` is too short.
 fn write<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<(usize, bool)> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { write_avx2(out, context) };
+    }
+    write_pieces(out, context)
+}
+
+/// `write` compiled for AVX2: its copy and check of wide units go 8 or 16 at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn write_avx2<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<(usize, bool)> {
+    write_pieces(out, context)
+}
+
+#[inline(always)]
+fn write_pieces<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<(usize, bool)> {
     let mut at = 0;
     let mut surrogate = false;
     for piece in context.pieces() {
@@ -136,7 +153,9 @@ fn write<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<(usize, bool)>
 /// Copy code units into `out` (as many as there are, else `None`), each unit fitting `T`, and
 /// say whether one is a surrogate (`is_surrogate`; never in one-byte units). The check is
 /// folded into the copy, blocks without an early exit, so the compiler vectorizes both.
+#[inline(always)]
 fn copy<T: Unit>(out: &mut [T], units: Units<'_>) -> Option<(usize, bool)> {
+    #[inline(always)]
     fn each<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) -> Option<usize> {
         let out = out.get_mut(..units.len())?;
         for (to, &from) in out.iter_mut().zip(units) {
@@ -144,6 +163,7 @@ fn copy<T: Unit>(out: &mut [T], units: Units<'_>) -> Option<(usize, bool)> {
         }
         Some(units.len())
     }
+    #[inline(always)]
     fn checked<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) -> Option<(usize, bool)> {
         let out = out.get_mut(..units.len())?;
         let mut seen = false;
@@ -272,6 +292,7 @@ fn widen<T: Copy + From<u8>>(block: &[u8; 16], out: &mut [T]) -> bool {
 /// Write the code points of `text` into `out`: ASCII runs 16 bytes at a time, other code
 /// points decoded from their bytes (`text` is UTF-8, so no byte needs checking). The count
 /// written, or `None` when `out` is too short.
+#[inline(always)]
 fn decode<T: Unit>(out: &mut [T], text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     let tail = |at: usize| bytes.get(at).map_or(0, |&b| u32::from(b & 0x3f));
