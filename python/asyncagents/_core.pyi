@@ -17,6 +17,10 @@ __all__ = [
 _Marker = tuple[int, str | None, list[str | None]]
 #: ``(index, parent_id)`` of an assistant summary message
 _Summary = tuple[int, str | None]
+#: ``(context, final_count, total_chars, truncated_results, removed_messages, tier1, tier2,
+#: tier3, head_tail_applied, compacted_results, hard_capped, compaction_detected,
+#: compaction_slice_index, compaction_tail_messages, turn_removed)``
+_Forked = tuple[str, int, int, int, int, int, int, int, int, int, bool, bool, int, int, int]
 
 @final
 class ParsedSession:
@@ -40,6 +44,7 @@ class ParsedSession:
     def user_indexes(self) -> list[int]: ...
     def index_of(self, id: str) -> int | None: ...
     def render(self, kept: list[int], config: ForkConfig) -> RenderResult: ...
+    def fork(self, config: ForkConfig) -> _Forked | None: ...
 
 @final
 class RenderResult:

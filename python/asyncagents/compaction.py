@@ -1,8 +1,9 @@
 """Stage 1: find the latest complete compaction boundary and decide which messages stay.
 
-Works on a sparse `CompactionView` (only marker and summary messages, plus an id lookup), which
-both engines build (the reference from its records, the Rust engine from its parsed session), so
-there is one implementation of these rules and no per-message Python objects on the fast path.
+Works on a sparse `CompactionView` (only marker and summary messages, plus an id lookup). The
+reference engine runs these rules; the Rust engine runs the same rules on its parsed session
+(`rust/src/compaction.rs`, called by `ParsedSession.fork`), so a call builds no Python view and
+no list of kept indexes. The equivalence tests compare the two engines' answers.
 """
 
 from __future__ import annotations

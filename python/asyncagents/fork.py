@@ -8,13 +8,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from . import _core
-from .compaction import CompactionSlice, CompactionView, keep_last_turns, slice_at_compaction
 from .config import DEFAULT_CONFIG, ForkConfig
 from .errors import ForkInputError
 from .models import Message
 from .plain import plain_dict, plain_seq
-from .preamble import build_preamble
-from .stats import ForkStats
+from .preamble import cached_preamble
+from .stats import ForkStats, built, engine_stats
 
 Engine = Literal["rust", "python"]
 MessagesInput = bytes | bytearray | memoryview | str | Sequence[Any] | dict[str, Any]
@@ -54,28 +53,32 @@ def build_fork_context(
     else:
         raise TypeError(f"config must be a ForkConfig, not {type(config).__name__}")
     if engine == "rust":
-        original_count, sliced, counts = _run_rust(messages, config)
+        original_count, out = _run_rust(messages, config)
     elif engine == "python":
-        original_count, sliced, counts = _run_python(messages, config)
+        original_count, out = _run_python(messages, config)
     else:
         raise ValueError(f'engine must be "rust" or "python", not {engine!r}')
-    context, stats = counts
-    stats["original_count"] = original_count
-    stats["compaction_detected"] = sliced.detected
-    stats["compaction_slice_index"] = sliced.slice_index
-    stats["compaction_tail_messages"] = sliced.tail_messages
-    stats_model = ForkStats.model_validate(stats)
+    context = out[0]
+    stats = engine_stats(original_count, out)
     if not context:
-        return ForkContext(text="", preamble="", context="", stats=stats_model)
-    preamble = build_preamble(stats_model, config, turn_removed=sliced.turn_removed)
-    return ForkContext(
-        text=preamble + "\n\n" + context, preamble=preamble, context=context, stats=stats_model
+        return built(ForkContext, {"text": "", "preamble": "", "context": "", "stats": stats})
+    # the counts the preamble says (removed_messages to compaction_detected, turn_removed)
+    preamble = cached_preamble(stats, config, out[14], (out[4:12], out[14]))
+    return built(
+        ForkContext,
+        {
+            "text": f"{preamble}\n\n{context}",
+            "preamble": preamble,
+            "context": context,
+            "stats": stats,
+        },
     )
 
 
-_Counts = tuple[str, dict[str, Any]]
-#: original message count, the stage-1 slice, and (context, stats fields) of stages 2-3
-_Run = tuple[int, CompactionSlice, _Counts]
+#: what an engine returns: ``(context, final_count, total_chars, truncated_results,
+#: removed_messages, tier1, tier2, tier3, head_tail_applied, compacted_results, hard_capped,
+#: compaction_detected, compaction_slice_index, compaction_tail_messages, turn_removed)``
+_Out = tuple[Any, ...]
 
 
 #: a list of exact dicts holds no model: checked at C level (`isinstance` of a pydantic model
@@ -121,13 +124,15 @@ def _dump(message: Message) -> dict[str, Any]:
     return data
 
 
+#: the input types read as JSON text (a tuple: `isinstance` of a union is slower)
+_TEXT_TYPES = (bytes, bytearray, memoryview, str)
+
+
 def _is_text(messages: MessagesInput) -> bool:
-    return isinstance(messages, bytes | bytearray | memoryview | str)
+    return isinstance(messages, _TEXT_TYPES)
 
 
-def _run_python(
-    messages: MessagesInput, config: ForkConfig
-) -> tuple[int, CompactionSlice, _Counts]:
+def _run_python(messages: MessagesInput, config: ForkConfig) -> tuple[int, _Out]:
     from .reference import run_reference
     from .reference.session import load_json, message_list
 
@@ -137,26 +142,24 @@ def _run_python(
     else:
         items = _objects(messages)
     sliced, counts, fitted = run_reference(items, config)
-    stats = {
-        "final_count": fitted.final_count,
-        "total_chars": len(fitted.context),
-        "truncated_results": counts.truncated,
-        "removed_messages": fitted.removed,
-        "tier_distribution": {"tier1": counts.tier1, "tier2": counts.tier2, "tier3": counts.tier3},
-        "head_tail_applied": counts.head_tail,
-        "compacted_results": counts.compacted,
-        "hard_capped": fitted.hard_capped,
-    }
-    return len(items), sliced, (fitted.context, stats)
+    out = (
+        fitted.context, fitted.final_count, len(fitted.context), counts.truncated,
+        fitted.removed, counts.tier1, counts.tier2, counts.tier3, counts.head_tail,
+        counts.compacted, fitted.hard_capped, sliced.detected, sliced.slice_index,
+        sliced.tail_messages, sliced.turn_removed,
+    )  # fmt: skip
+    return len(items), out
 
 
-def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
-    objects: Any = None  # the Python objects walked (JSON text is read whole, in list order)
+def _run_rust(messages: MessagesInput, config: ForkConfig) -> tuple[int, _Out]:
+    """All three stages in the engine (`ParsedSession.fork`); stage 1 there follows the rules
+    of `compaction.py`, which the reference runs."""
     if _is_text(messages):
         data = bytes(messages) if isinstance(messages, bytearray | memoryview) else messages
         session = _core.parse_json(data)  # type: ignore[arg-type]
+        out = session.fork(config)
     else:
-        objects = messages
+        objects: Any = messages
         try:
             # plain dicts, the common case: no Python-side pass over the list at all
             session = _core.from_objects(objects)
@@ -165,27 +168,15 @@ def _run_rust(messages: MessagesInput, config: ForkConfig) -> _Run:
             if objects is None:
                 raise
             session = _core.from_objects(objects)
-    count, markers, summaries = session.compaction_view()
-    sliced = slice_at_compaction(CompactionView(count, markers, summaries, session.index_of))
-    if objects is not None and sliced.kept and min(sliced.kept) < session.bodies_from:
-        # stage 1 keeps a message older than the boundary the walk read bodies down to (a
-        # marker's summary before it, a repeated tail_start_id): rare, read them all
-        session = _core.from_objects(objects, every_body=True)
-    if config.fork_turns is not None:
-        users = frozenset(session.user_indexes())
-        sliced = keep_last_turns(sliced, users.__contains__, config.fork_turns)
-    out = session.render(sliced.kept, config)
-    stats = {
-        "final_count": out.final_count,
-        "total_chars": out.total_chars,
-        "truncated_results": out.truncated_results,
-        "removed_messages": out.removed_messages,
-        "tier_distribution": {"tier1": out.tier1, "tier2": out.tier2, "tier3": out.tier3},
-        "head_tail_applied": out.head_tail_applied,
-        "compacted_results": out.compacted_results,
-        "hard_capped": out.hard_capped,
-    }
-    return len(session), sliced, (out.context, stats)
+        out = session.fork(config)
+        if out is None:
+            # stage 1 keeps a message older than the boundary the walk read bodies down to (a
+            # marker's summary before it, a repeated tail_start_id): rare, read them all
+            session = _core.from_objects(objects, every_body=True)
+            out = session.fork(config)
+    if out is None:  # not reached: a session whose every body was read is always rendered
+        raise AssertionError("ParsedSession.fork found an unread body in a session read whole")
+    return len(session), out
 
 
 __all__ = ["Engine", "ForkContext", "ForkInputError", "build_fork_context"]

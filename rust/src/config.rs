@@ -1,6 +1,8 @@
-//! `Config`: the `ForkConfig` fields, read once per render from the Python model by attribute
-//! name (`FromPyObject`). Python always passes a config; the crate's tests take the defaults
-//! of `asyncagents.constants`, which `build.rs` reads.
+//! `Config`: the `ForkConfig` fields, read from the Python model by attribute name
+//! (`FromPyObject`), once per config object (`cached`). Python always passes a config; the
+//! crate's tests take the defaults of `asyncagents.constants`, which `build.rs` reads.
+
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
@@ -11,6 +13,15 @@ fn limit(value: &Bound<'_, PyAny>) -> PyResult<usize> {
         Ok(n) => Ok(n),
         Err(_) if value.cast::<PyInt>().is_ok() && value.gt(0)? => Ok(usize::MAX),
         Err(err) => Err(err),
+    }
+}
+
+/// An optional limit (`fork_turns`): `None` stays `None`.
+fn optional_limit(value: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    if value.is_none() {
+        Ok(None)
+    } else {
+        limit(value).map(Some)
     }
 }
 
@@ -45,6 +56,33 @@ pub struct Config {
     pub head_tail_keywords: Vec<String>,
     #[pyo3(attribute)]
     pub cleared_marker: String,
+    #[pyo3(attribute, from_py_with = optional_limit)]
+    pub fork_turns: Option<usize>,
+}
+
+/// The last config object read and what was read from it. It is held (so its address names
+/// no other object while it is here) and frozen (`ForkConfig` is a frozen model), so the same
+/// object gives the same values: reading its 15 attributes again cost more than a small
+/// session's render.
+static LAST: Mutex<Option<(Py<PyAny>, Arc<Config>)>> = Mutex::new(None);
+
+/// The values of `config`, read once per config object (the last one is kept).
+pub fn cached(config: &Bound<'_, PyAny>) -> PyResult<Arc<Config>> {
+    if let Ok(last) = LAST.lock() {
+        if let Some((object, values)) = last.as_ref() {
+            if object.as_ptr() == config.as_ptr() {
+                return Ok(Arc::clone(values));
+            }
+        }
+    }
+    let values = Arc::new(config.extract::<Config>()?);
+    // the old object is released after the lock (its drop may run Python code)
+    let old = LAST
+        .lock()
+        .ok()
+        .and_then(|mut last| last.replace((config.clone().unbind(), Arc::clone(&values))));
+    drop(old);
+    Ok(values)
 }
 
 impl Config {
@@ -102,6 +140,7 @@ mod defaults {
                 error_patterns: strings(FORK_ERROR_PATTERNS),
                 head_tail_keywords: strings(FORK_HEAD_TAIL_KEYWORDS),
                 cleared_marker: FORK_CLEARED_MARKER.to_owned(),
+                fork_turns: None,
             }
         }
     }

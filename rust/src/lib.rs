@@ -7,11 +7,12 @@
 //! dumps), `params` (tool parameters dumped for the messages a render shows), `input` (the
 //! message rules, generic over the JSON view and Python objects), `pair` (the cleared
 //! marker's search), `tiers` (stage 2),
-//! `transcript` and `budget` (stage 3), `surrogates` (the lone surrogate check of what a
+//! `transcript` and `budget` (stage 3), `compaction` (stage 1 on a parsed session), `surrogates` (the lone surrogate check of what a
 //! context writes), `pipeline` (stages 2 and 3 end to end), `pystr` (the result `str`).
 //! This file only assembles them for Python and releases the GIL around the work.
 
 mod budget;
+mod compaction;
 mod config;
 mod errors;
 mod input;
@@ -33,7 +34,7 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyString, PyTuple};
 
 use crate::config::Config;
 use crate::errors::{InputError, LONE_SURROGATE, TOP_LEVEL};
@@ -119,7 +120,12 @@ impl ParsedSession {
     }
 
     /// Render the kept messages (indexes, in output order) with the config's numbers.
-    fn render(&self, py: Python<'_>, kept: Vec<usize>, config: Config) -> PyResult<RenderResult> {
+    fn render(
+        &self,
+        py: Python<'_>,
+        kept: Vec<usize>,
+        config: &Bound<'_, PyAny>,
+    ) -> PyResult<RenderResult> {
         let count = self.session.messages.len();
         if let Some(bad) = kept.iter().find(|&&m| m >= count) {
             return Err(PyIndexError::new_err(format!(
@@ -132,25 +138,92 @@ impl ParsedSession {
                  boundary): walk the messages with every_body=True to render it"
             )));
         }
-        self.check_bodies(&kept)?;
+        let config = config::cached(config)?;
+        self.render_kept(py, &kept, &config)
+    }
+
+    /// Stage 1 (`compaction.rs`: the compaction slice, then the config's `fork_turns`) and the
+    /// render of what it keeps, in one call: `(context, final_count, total_chars,
+    /// truncated_results, removed_messages, tier1, tier2, tier3, head_tail_applied,
+    /// compacted_results, hard_capped, compaction_detected, compaction_slice_index,
+    /// compaction_tail_messages, turn_removed)`. `None` when stage 1 keeps a message older
+    /// than `bodies_from` (rare): walk with `every_body=True` and call again. The fault of a
+    /// body stage 1 keeps is raised even when `fork_turns` drops its message.
+    fn fork<'py>(
+        &self,
+        py: Python<'py>,
+        config: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let config = config::cached(config)?;
+        let sliced = compaction::slice_at_compaction(&self.session);
+        if sliced.kept.iter().any(|&m| m < self.bodies_from) {
+            return Ok(None);
+        }
+        // A body's fault counts for every message stage 1 keeps, `fork_turns` or not: the
+        // reference reads their bodies before it counts the user turns.
+        self.check_bodies(&sliced.kept)?;
+        let sliced = compaction::keep_last_turns(&self.session, sliced, config.fork_turns);
+        let out = self.render_kept(py, &sliced.kept, &config)?;
+        let int = |n: usize| n.into_pyobject(py).map(Bound::into_any);
+        let flag = |b: bool| PyBool::new(py, b).to_owned().into_any();
+        let items = [
+            out.context.into_bound(py).into_any(),
+            int(out.final_count)?,
+            int(out.total_chars)?,
+            int(out.truncated_results)?,
+            int(out.removed_messages)?,
+            int(out.tier1)?,
+            int(out.tier2)?,
+            int(out.tier3)?,
+            int(out.head_tail_applied)?,
+            int(out.compacted_results)?,
+            flag(out.hard_capped),
+            flag(sliced.detected),
+            sliced.slice_index.into_pyobject(py)?.into_any(),
+            int(sliced.tail_messages)?,
+            int(sliced.turn_removed)?,
+        ];
+        PyTuple::new(py, items).map(Some)
+    }
+}
+
+impl ParsedSession {
+    /// Stages 2 and 3 over `kept` (in range, bodies read).
+    fn render_kept(
+        &self,
+        py: Python<'_>,
+        kept: &[usize],
+        config: &Config,
+    ) -> PyResult<RenderResult> {
+        self.check_bodies(kept)?;
         let session = &self.session;
-        let planned = py.detach(|| pipeline::plan(session, &kept, &config));
+        let planned = py.detach(|| pipeline::plan(session, kept, config));
         let measured = match &session.source {
             // dumping parameters reads Python objects: with the GIL
             Source::Objects { inputs, .. } => {
                 let mut dumper = input::py::PyDumper { py, inputs };
-                pipeline::measure(session, &planned, &config, &mut dumper)?
+                pipeline::measure(session, &planned, config, &mut dumper)?
             }
             _ => {
-                py.detach(|| pipeline::measure(session, &planned, &config, &mut params::NoObjects))?
+                py.detach(|| pipeline::measure(session, &planned, config, &mut params::NoObjects))?
             }
         };
+        // The lone surrogate check of what the context writes: done as the result `str` is
+        // written (its code units are copied once), and only when a unit copied is one, the
+        // check that names the first (`surrogates.rs`). A hard cap writes its message through
+        // UTF-8, so that one is checked before.
         let out = py.detach(|| {
-            pipeline::check_shown(session, &kept, &planned, &measured, &config)?;
-            Ok::<_, InputError>(pipeline::write(session, &planned, &measured, &config))
+            if measured.hard_capped() {
+                pipeline::check_shown(session, kept, &planned, &measured, config)?;
+            }
+            Ok::<_, InputError>(pipeline::write(session, &planned, &measured, config))
         })?;
+        let written = pystr::new_str(py, &out.context, out.total_chars)?;
+        if written.surrogate {
+            py.detach(|| pipeline::check_shown(session, kept, &planned, &measured, config))?;
+        }
         Ok(RenderResult {
-            context: pystr::new_str(py, &out.context, out.total_chars)?.unbind(),
+            context: written.string.unbind(),
             final_count: out.final_count,
             total_chars: out.total_chars,
             truncated_results: out.counts.truncated,
@@ -163,9 +236,7 @@ impl ParsedSession {
             hard_capped: out.hard_capped,
         })
     }
-}
 
-impl ParsedSession {
     /// The fault of the first kept message whose body has one.
     fn check_bodies(&self, kept: &[usize]) -> Result<(), InputError> {
         let Some(&(first, _)) = self.faults.first() else {

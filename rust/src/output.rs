@@ -51,6 +51,14 @@ pub enum Piece<'c, 's> {
 }
 
 impl<'s> Context<'s> {
+    /// An empty context with room for `bytes` of text.
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self {
+            text: String::with_capacity(bytes),
+            units: Vec::new(),
+        }
+    }
+
     /// The UTF-8 text, when no code units were pushed (else `None`).
     pub fn as_text(&self) -> Option<&str> {
         self.units.is_empty().then_some(self.text.as_str())

@@ -16,7 +16,7 @@ use crate::session::{Message, Session};
 use crate::surrogates::check_written;
 use crate::text::{count_chars, cut_head_tail, head_tail_sizes};
 use crate::tiers::{plan_results, Counts, ResultPlan};
-use crate::transcript::{body, head, head_len, result_count, Count, Write};
+use crate::transcript::{body, head_len, push_head, result_count, Count, Write};
 
 /// The context and its numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,6 +81,13 @@ pub struct Measured {
     /// the range of `Planned::plans` holding each measured message's results, newest first
     results: Vec<Range<usize>>,
     params: Params,
+}
+
+impl Measured {
+    /// Whether the newest message alone is shown, cut (`Fit::HardCap`).
+    pub fn hard_capped(&self) -> bool {
+        matches!(self.fit, Fit::HardCap { .. })
+    }
 }
 
 /// Measure the messages from the newest; dump the parameters of each before measuring it.
@@ -203,14 +210,21 @@ pub fn write<'s>(
             ..Rendered::default()
         };
     };
-    let mut context = Context::default();
+    // the survivors' text (their units stand apart): at most as many bytes as characters
+    // unless it is not ASCII, so one allocation for most contexts, and no copy as it grows
+    // (a hint, bounded: a longer context grows as it is written)
+    let room = match measured.fit {
+        Fit::From(first) => measured.sizes.iter().take(messages.len() - first).sum(),
+        Fit::HardCap { limit } => limit,
+    };
+    let mut context = Context::with_capacity(frame_len().saturating_add(room).min(1 << 26));
     let (final_count, removed, hard_capped, total_chars) = match measured.fit {
         Fit::From(first) => {
             let kept = messages.len() - first;
             context.push_str(OPEN);
             for k in (0..kept).rev() {
                 if let Some(message) = messages.get(last - k) {
-                    context.push_str(&head(session, message));
+                    push_head(session, message, &mut context);
                 }
                 write_body(session, planned, measured, config, k, &mut context);
             }
@@ -224,7 +238,7 @@ pub fn write<'s>(
             write_body(session, planned, measured, config, 0, &mut text);
             context.push_str(OPEN);
             if let Some(message) = messages.get(last) {
-                context.push_str(&head(session, message));
+                push_head(session, message, &mut context);
             }
             let chars = count_chars(&text);
             if chars > limit {

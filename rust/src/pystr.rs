@@ -2,14 +2,23 @@
 //! two or four bytes per code point). Its text is UTF-8 we built, so it needs no check;
 //! CPython's general decoder checks every byte again and, for mostly-ASCII text with a few
 //! wide characters, widens its buffer as it goes (half of a render with emoji in it). The code
-//! units of walked Python strings in the context are copied as they are (`output::Context`).
+//! units of walked Python strings in the context are copied as they are (`output::Context`),
+//! and checked for lone surrogates on the way (`Written::surrogate`): one pass over them, not
+//! a check and then a copy.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::output::{Context, Piece};
-use crate::units::{widest_in_utf8, Units};
+use crate::units::{is_surrogate, widest_in_utf8, Units};
+
+/// The result `str`, and whether a code unit copied into it is a lone surrogate (only walked
+/// strings' units can be: the render then finds the first and raises instead).
+pub struct Written<'py> {
+    pub string: Bound<'py, PyString>,
+    pub surrogate: bool,
+}
 
 /// `context`, of `chars` code points, as a `str`. ASCII text goes through CPython's own copy;
 /// other contexts are written here into a string of the narrowest kind that holds their widest
@@ -19,7 +28,7 @@ pub fn new_str<'py>(
     py: Python<'py>,
     context: &Context<'_>,
     chars: usize,
-) -> PyResult<Bound<'py, PyString>> {
+) -> PyResult<Written<'py>> {
     // The widest class of character decides the kind (text by its lead bytes, units by their
     // values); once an astral character is met, nothing later can widen it.
     let mut widest = 0;
@@ -36,7 +45,11 @@ pub fn new_str<'py>(
         if let Some(text) = context.as_text() {
             // SAFETY: the text is the context's only piece, and no byte of it is above 0x7f
             // (`widest_in_utf8` of it is 0)
-            return unsafe { ascii_str(py, text) };
+            let string = unsafe { ascii_str(py, text) }?;
+            return Ok(Written {
+                string,
+                surrogate: false,
+            });
         }
     }
     let (maxchar, width): (u32, usize) = match widest {
@@ -72,12 +85,14 @@ pub fn new_str<'py>(
             ),
         }
     };
-    if written == Some(chars) {
-        Ok(string)
-    } else {
+    match written {
+        Some((count, surrogate)) if count == chars => Ok(Written { string, surrogate }),
         // Not reached (the count and the kind come from the same pieces), but never hand out
-        // a string with unwritten units.
-        Ok(PyString::new(py, &context.to_utf8()))
+        // a string with unwritten units (nor skip the check: `surrogate` says "look").
+        _ => Ok(Written {
+            string: PyString::new(py, &context.to_utf8()),
+            surrogate: true,
+        }),
     }
 }
 
@@ -100,21 +115,47 @@ unsafe fn ascii_str<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyS
 }
 
 /// Write the pieces of `context` into `out`, whose units are wide enough for every one. The
-/// count written, or `None` when `out` is too short.
-fn write<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<usize> {
+/// count written and whether a copied unit is a surrogate, or `None` when `out` is too short.
+fn write<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<(usize, bool)> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { write_avx2(out, context) };
+    }
+    write_pieces(out, context)
+}
+
+/// `write` compiled for AVX2: its copy and check of wide units go 8 or 16 at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn write_avx2<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<(usize, bool)> {
+    write_pieces(out, context)
+}
+
+#[inline(always)]
+fn write_pieces<T: Unit>(out: &mut [T], context: &Context<'_>) -> Option<(usize, bool)> {
     let mut at = 0;
+    let mut surrogate = false;
     for piece in context.pieces() {
         let rest = out.get_mut(at..)?;
         at += match piece {
             Piece::Text(text) => decode(rest, text)?,
-            Piece::Units(units) => copy(rest, units)?,
+            Piece::Units(units) => {
+                let (n, found) = copy(rest, units)?;
+                surrogate |= found;
+                n
+            }
         };
     }
-    Some(at)
+    Some((at, surrogate))
 }
 
-/// Copy code units into `out` (as many as there are, else `None`), each unit fitting `T`.
-fn copy<T: Unit>(out: &mut [T], units: Units<'_>) -> Option<usize> {
+/// Copy code units into `out` (as many as there are, else `None`), each unit fitting `T`, and
+/// say whether one is a surrogate (`is_surrogate`; never in one-byte units). The check is
+/// folded into the copy, blocks without an early exit, so the compiler vectorizes both.
+#[inline(always)]
+fn copy<T: Unit>(out: &mut [T], units: Units<'_>) -> Option<(usize, bool)> {
+    #[inline(always)]
     fn each<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) -> Option<usize> {
         let out = out.get_mut(..units.len())?;
         for (to, &from) in out.iter_mut().zip(units) {
@@ -122,10 +163,21 @@ fn copy<T: Unit>(out: &mut [T], units: Units<'_>) -> Option<usize> {
         }
         Some(units.len())
     }
+    #[inline(always)]
+    fn checked<T: Unit, U: Copy + Into<u32>>(out: &mut [T], units: &[U]) -> Option<(usize, bool)> {
+        let out = out.get_mut(..units.len())?;
+        let mut seen = false;
+        for (to, &from) in out.iter_mut().zip(units) {
+            let point = from.into();
+            seen |= is_surrogate(point);
+            *to = T::of(point);
+        }
+        Some((units.len(), seen))
+    }
     match units {
-        Units::One(u) => each(out, u),
-        Units::Two(u) => each(out, u),
-        Units::Four(u) => each(out, u),
+        Units::One(u) => each(out, u).map(|n| (n, false)),
+        Units::Two(u) => checked(out, u),
+        Units::Four(u) => checked(out, u),
     }
 }
 
@@ -240,6 +292,7 @@ fn widen<T: Copy + From<u8>>(block: &[u8; 16], out: &mut [T]) -> bool {
 /// Write the code points of `text` into `out`: ASCII runs 16 bytes at a time, other code
 /// points decoded from their bytes (`text` is UTF-8, so no byte needs checking). The count
 /// written, or `None` when `out` is too short.
+#[inline(always)]
 fn decode<T: Unit>(out: &mut [T], text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     let tail = |at: usize| bytes.get(at).map_or(0, |&b| u32::from(b & 0x3f));
@@ -341,9 +394,27 @@ mod tests {
         c.push_units(Units::Two(&two));
         let whole = c.to_utf8();
         let mut out = vec![0u32; whole.chars().count()];
-        assert_eq!(write(&mut out, &c), Some(out.len()));
+        assert_eq!(write(&mut out, &c), Some((out.len(), false)));
         assert_eq!(out, points(&whole));
         let mut short = vec![0u32; out.len() - 1];
         assert_eq!(write(&mut short, &c), None);
+    }
+
+    #[test]
+    fn a_surrogate_is_seen_as_it_is_copied() {
+        let lone: Vec<u16> = vec![0x41, 0xd83d, 0x42];
+        let wide: Vec<u32> = vec![0x1f600, 0xdfff];
+        for (units, found) in [
+            (Units::Two(&lone), true),
+            (Units::Four(&wide), true),
+            (Units::Four(&wide[..1]), false),
+            (Units::One(&[0xd8, 0x41]), false),
+        ] {
+            let mut c = Context::default();
+            c.push_str("x");
+            c.push_units(units);
+            let mut out = vec![0u32; 1 + units.len()];
+            assert_eq!(write(&mut out, &c), Some((out.len(), found)), "{units:?}");
+        }
     }
 }

@@ -333,6 +333,10 @@ impl<'c> Needles<'c> {
         mut errors: bool,
     ) -> Found {
         let mut narrowed = self.narrowed.borrow_mut();
+        if narrowed.capacity() == 0 {
+            // one block's room at once, not a copy each time a longer result comes
+            narrowed.reserve(NARROW_BLOCK + self.overlap);
+        }
         let mut found = Found::default();
         let total = units.len();
         let mut at = 0;

@@ -34,9 +34,12 @@ pub fn label(role: Option<&str>) -> Cow<'_, str> {
     }
 }
 
-/// The label line of a message: `"\n" + label + ":"`.
-pub fn head(session: &Session, message: &Message) -> String {
-    format!("\n{}:", label(session.role(message)))
+/// Write the label line of a message, `"\n" + label + ":"`.
+pub fn push_head<'s>(session: &Session, message: &Message, out: &mut impl Output<'s>) {
+    let text = out.text();
+    text.push('\n');
+    text.push_str(&label(session.role(message)));
+    text.push(':');
 }
 
 /// Length of the label line, without building it for the common roles.

@@ -108,10 +108,13 @@ impl<'a> Units<'a> {
 
 /// The largest of `units` (0 for none), or the first block maximum that reaches `top`: a
 /// block at a time, with no early exit inside a block, so the compiler vectorizes the max.
-fn max_until<T: Copy + Ord + Into<u32>>(units: &[T], top: u32) -> u32 {
+/// (A fold from zero: `Iterator::max` starts from the first unit, which leaves the vector
+/// loop a block of 255 and most of the time in its scalar remainder.)
+fn max_until<T: Copy + Ord + Default + Into<u32>>(units: &[T], top: u32) -> u32 {
     let mut widest = 0;
     for block in units.chunks(256) {
-        widest = widest.max(block.iter().copied().max().map_or(0, Into::into));
+        let most = block.iter().fold(T::default(), |most, &u| most.max(u));
+        widest = widest.max(most.into());
         if widest >= top {
             break;
         }

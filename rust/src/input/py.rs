@@ -113,6 +113,28 @@ const COMMON: [Field; 13] = [
     Field::Time,
 ];
 
+/// The common field whose key is `text` (one `match`, not a comparison per field: a walk
+/// looks at every key of its first dicts).
+fn common_field(text: &str) -> Option<Field> {
+    let field = match text {
+        "info" => Field::Info,
+        "parts" => Field::Parts,
+        "role" => Field::Role,
+        "id" => Field::Id,
+        "parentID" => Field::ParentId,
+        "type" => Field::Type,
+        "text" => Field::Text,
+        "tool" => Field::Tool,
+        "state" => Field::State,
+        "status" => Field::Status,
+        "input" => Field::Input,
+        "output" => Field::Output,
+        "time" => Field::Time,
+        _ => return None,
+    };
+    Some(field)
+}
+
 impl<'py> PySource<'py> {
     /// Take the caller's key objects as ours. `json.loads` builds one `str` per distinct key
     /// of a document and shares it between all its dicts, so a lookup with that very object
@@ -145,18 +167,18 @@ impl<'py> PySource<'py> {
         }
     }
 
-    /// Take `key` (whose text is `text`) for each field not adopted yet that it names.
+    /// Take `key` (whose text is `text`) for the field it names, if that is a common field
+    /// not adopted yet (each common key names one field).
     fn adopt(&mut self, key: &Bound<'py, PyString>, text: &str) {
-        let mut left = self.unadopted;
-        while left != 0 {
-            let at = left.trailing_zeros() as usize;
-            left &= left - 1;
-            if ALL_FIELDS.get(at).is_some_and(|field| field.key() == text) {
-                if let Some(slot) = self.keys.get_mut(at) {
-                    *slot = key.clone();
-                }
-                self.unadopted &= !(1 << at);
+        let Some(field) = common_field(text) else {
+            return;
+        };
+        let at = field as usize;
+        if self.unadopted & (1 << at) != 0 {
+            if let Some(slot) = self.keys.get_mut(at) {
+                *slot = key.clone();
             }
+            self.unadopted &= !(1 << at);
         }
     }
 
@@ -897,6 +919,31 @@ mod tests {
     fn keys_are_indexed_by_field() {
         for (at, field) in ALL_FIELDS.iter().enumerate() {
             assert_eq!(*field as usize, at);
+        }
+    }
+
+    #[test]
+    fn each_common_key_names_its_field_and_no_other_key_does() {
+        for field in ALL_FIELDS {
+            let named = common_field(field.key());
+            if COMMON.contains(&field) {
+                assert_eq!(named, Some(field), "{}", field.key());
+            } else if let Some(other) = named {
+                // a key shared with a common field ("text"), never one of its own
+                assert!(COMMON.contains(&other), "{}", field.key());
+                assert_eq!(other.key(), field.key());
+            }
+        }
+        for text in [
+            "",
+            "Info",
+            "infos",
+            "error",
+            "name",
+            "summary",
+            "tail_start_id",
+        ] {
+            assert_eq!(common_field(text), None, "{text}");
         }
     }
 }
