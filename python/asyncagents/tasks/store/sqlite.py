@@ -264,6 +264,18 @@ def _rollback(db: sqlite3.Connection) -> None:
             pass
 
 
+def _in_transaction(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """`work` in one ``BEGIN IMMEDIATE`` transaction: committed, or rolled back if it raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        out = work(db)
+        db.execute("COMMIT")
+    except BaseException:
+        _rollback(db)
+        raise
+    return out
+
+
 def _add_totals(db: sqlite3.Connection, deltas: Deltas) -> None:
     """Apply changes to the running totals (in key order)."""
     for sql, rows in total_statements(deltas, "?"):
@@ -352,16 +364,7 @@ class SQLiteTaskStore:
                 self._db = self._connect()
             db = self._db
             try:
-                if not write:
-                    return work(db)
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    out = work(db)
-                    db.execute("COMMIT")
-                except BaseException:
-                    _rollback(db)
-                    raise
-                return out
+                return _in_transaction(db, work) if write else work(db)
             except sqlite3.Error as exc:
                 raise self._error(what, exc) from exc
 
@@ -1010,16 +1013,7 @@ class SQLiteTaskStore:
             # a look without the write lock first: most passes at saturation find nothing to
             # start, and need not queue for the lock every other process wants (the locked pass
             # decides); both in one trip to the store's thread
-            if not anything(db):
-                return []
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                out = work(db)
-                db.execute("COMMIT")
-            except BaseException:
-                _rollback(db)
-                raise
-            return out
+            return _in_transaction(db, work) if anything(db) else []
 
         return await self._run(f"admitting queued tasks of backend {backend!r}", look_then_admit)
 
