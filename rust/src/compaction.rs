@@ -112,27 +112,7 @@ pub fn keep_last_turns(session: &Session, mut slice: Slice, turns: Option<usize>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::json::JsonReader;
-    use crate::json::scan::scan;
-    use crate::session::Source;
-
-    fn session(doc: &str) -> Session {
-        let mut reader = JsonReader::new(doc);
-        assert_eq!(scan(doc, &mut reader), Ok(true));
-        assert!(reader.error.is_none());
-        Session {
-            source: Source::Objects {
-                owned: doc.to_owned(),
-                strings: Vec::new(),
-                wide: Vec::new(),
-                unchecked: Vec::new(),
-                inputs: Vec::new(),
-            },
-            messages: reader.messages,
-            parts: reader.parts,
-            shorts: reader.shorts,
-        }
-    }
+    use crate::pipeline::tests::from_json as session;
 
     fn user(id: &str, markers: &str) -> String {
         format!(r#"{{"info":{{"role":"user","id":"{id}"}},"parts":[{markers}]}}"#)

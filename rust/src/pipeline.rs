@@ -276,7 +276,7 @@ pub fn run<'s>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::input::json::JsonReader;
     use crate::json::scan::scan;
@@ -312,8 +312,8 @@ mod tests {
         }
     }
 
-    /// A session read from JSON text by the JSON front end.
-    fn from_json(doc: &str) -> Session {
+    /// A session read from JSON text by the JSON front end (also for other modules' tests).
+    pub(crate) fn from_json(doc: &str) -> Session {
         let mut reader = JsonReader::new(doc);
         assert_eq!(scan(doc, &mut reader), Ok(true));
         assert!(reader.error.is_none());
