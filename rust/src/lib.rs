@@ -102,15 +102,6 @@ impl ParsedSession {
         (messages.len(), markers, summaries)
     }
 
-    /// Indexes of the messages whose role is `user`, for `fork_turns`.
-    fn user_indexes(&self) -> Vec<usize> {
-        let session = &self.session;
-        (session.messages.iter().enumerate())
-            .filter(|(_, m)| session.role(m) == Some("user"))
-            .map(|(i, _)| i)
-            .collect()
-    }
-
     /// Index of the first message whose `info.id` is `id`, for a marker's `tail_start_id`.
     fn index_of(&self, id: &str) -> Option<usize> {
         self.session
