@@ -283,9 +283,37 @@ static PyObject *read_texts(PyObject *self, PyObject *list) {
     return PyLong_FromSize_t(total);
 }
 
+/* write(texts: list[str]) -> int: a new str made of each, as the result's strs must be made
+   (allocated at its length and widest code point, its bytes written once); how many bytes */
+static PyObject *write_texts(PyObject *self, PyObject *list) {
+    if (!PyList_CheckExact(list)) {
+        PyErr_SetString(PyExc_TypeError, "expected a list");
+        return NULL;
+    }
+    size_t total = 0;
+    for (Py_ssize_t i = 0, n = PyList_GET_SIZE(list); i < n; i++) {
+        PyObject *s = PyList_GET_ITEM(list, i);
+        if (!PyUnicode_CheckExact(s)) {
+            PyErr_SetString(PyExc_TypeError, "expected a list of str");
+            return NULL;
+        }
+        Py_ssize_t length = PyUnicode_GET_LENGTH(s);
+        int kind = PyUnicode_KIND(s);
+        Py_UCS4 widest = kind == 1 ? (PyUnicode_IS_ASCII(s) ? 0x7f : 0xff)
+                         : kind == 2 ? 0xffff : 0x10ffff;
+        PyObject *made = PyUnicode_New(length, widest);
+        if (made == NULL) return NULL;
+        memcpy(PyUnicode_DATA(made), PyUnicode_DATA(s), (size_t)length * kind);
+        Py_DECREF(made);
+        total += (size_t)length * kind;
+    }
+    return PyLong_FromSize_t(total);
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "The contract's reads of a message list, nothing else."},
     {"read", read_texts, METH_O, "Every byte of each str of a list, read once."},
+    {"write", write_texts, METH_O, "A new str of each str of a list, its bytes written once."},
     {NULL, NULL, 0, NULL},
 };
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "floor", NULL, -1, methods};

@@ -7,6 +7,11 @@ render. Apart, `read` loads every byte of every tool result of those bodies once
 the memory gives them (an OR of 32-byte loads): each result must be searched for the cleared
 marker (one that holds it does not count in the tiers), so every engine reads all of it.
 
+Apart again, `write` makes the two strings every engine must return, the context and the
+text (the preamble, then the context): each allocated at its size and its bytes written once,
+copied from the result Rust returned. The floor above leaves this out; `Rust / (floor + output)`
+shows how much of the distance to it is the output itself.
+
 The reads are timed two ways, the plain C walk and the Rust engine's own walk
 (`_core.from_objects`, which reads the same fields and more, but loads the next messages'
 objects ahead); the faster of the two is the fastest way we know to make them. So
@@ -132,6 +137,12 @@ def result_texts(floor: ModuleType, messages: list[Any], plan: Plan | None = Non
     return texts
 
 
+def output_texts(messages: list[Any]) -> list[str]:
+    """The strings a call returns that hold the context: `context` and `text`."""
+    made = build_fork_context(messages)
+    return [made.context, made.text]
+
+
 def measure(
     floor: ModuleType,
     shape: str,
@@ -150,6 +161,7 @@ def measure(
         "walk": lambda: _core.from_objects(messages),
         "floor": walker(floor, messages, plan),
         "results": partial(floor.read, result_texts(floor, messages, plan)),
+        "output": partial(floor.write, output_texts(messages)),
     }
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
@@ -174,9 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "| shape | messages | reference | Rust | Rust walk | C walk | results' bytes"
         " | reference / Rust | reference / reads | reference / (reads + results' bytes)"
-        " | Rust / (reads + results' bytes) |"
+        " | Rust / (reads + results' bytes) | output | Rust / (reads + results' bytes + output) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for size in args.sizes:
         for shape in args.shapes:
             ms = measure(floor, shape, size, 60 if size <= 200 else 20, clock)
@@ -189,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"| `{shape}` | {size:,} | {cells} | {results:.3f} ms"
                 f" | {ms['reference'] / ms['rust']:.1f}x | {ms['reference'] / reads:.1f}x"
                 f" | {ms['reference'] / (reads + results):.1f}x"
-                f" | {ms['rust'] / (reads + results):.2f}x |",
+                f" | {ms['rust'] / (reads + results):.2f}x | {ms['output']:.3f} ms"
+                f" | {ms['rust'] / (reads + results + ms['output']):.2f}x |",
                 flush=True,
             )
 

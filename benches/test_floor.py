@@ -7,7 +7,7 @@ import copy
 
 import pytest
 from asyncagents import build_fork_context
-from floor import build, result_texts, walker
+from floor import build, output_texts, result_texts, walker
 from generate import SHAPES, session_objects
 
 
@@ -54,3 +54,12 @@ def _width(text: str) -> int:
     """Bytes a code point in CPython's layout of `text`."""
     top = max(map(ord, text), default=0)
     return 1 if top < 0x100 else 2 if top < 0x10000 else 4
+
+
+@pytest.mark.parametrize("shape", ["mixed", "text_heavy", "huge_output"])
+def test_the_output_written_is_the_context_and_the_text(floor, shape):
+    messages = session_objects(200, shape)
+    made = build_fork_context(messages)
+    texts = output_texts(messages)
+    assert texts == [made.context, made.text]
+    assert floor.write(texts) == sum(len(text) * _width(text) for text in texts)
