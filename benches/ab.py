@@ -12,6 +12,7 @@ Here both builds walk the very same objects, round after round, in alternating o
 
 Prints the median of the walk alone (`from_objects`) and of the whole call (walk, compaction
 slice, render) for each build and the ratio B/A; `--fresh` parses a new list before each call.
+`--bytes` gives both builds the JSON bytes instead: "walk" is then their parse (`parse_json`).
 
 Alternated one call at a time, a build's walk follows the other build's render. A change to
 what a render leaves in the cache (how it reads the text it searches) then shows in the other
@@ -51,10 +52,12 @@ def load(path: str, tag: str) -> ModuleType:
 
 
 def one_call(core: ModuleType, messages: object, config: ForkConfig) -> tuple[float, float]:
-    """Seconds of the walk and of the whole call (the engine's `fork`: stage 1 and the
-    render; a build from before it had `fork` runs stage 1 in Python)."""
+    """Seconds of the walk (the parse, for bytes) and of the whole call (the engine's `fork`:
+    stage 1 and the render; a build from before it had `fork` runs stage 1 in Python)."""
     start = CLOCK()
-    session = core.from_objects(messages)
+    session = (
+        core.parse_json(messages) if isinstance(messages, bytes) else core.from_objects(messages)
+    )
     walked = CLOCK()
     if hasattr(session, "fork"):
         session.fork(config)
@@ -75,6 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--fresh", action="store_true", help="a new list for every call")
+    parser.add_argument("--bytes", action="store_true", help="from the JSON bytes, not dicts")
+    parser.add_argument(
+        "--cpu", action="store_true", help="the thread's CPU time, not wall time (a shared machine)"
+    )
     parser.add_argument(
         "--block",
         type=int,
@@ -82,11 +89,14 @@ def main(argv: list[str] | None = None) -> None:
         help="calls of one build in a row (the first two of a block of 3 or more untimed)",
     )
     args = parser.parse_args(argv)
+    if args.cpu:
+        global CLOCK
+        CLOCK = time.thread_time
     builds = {"A": load(args.a, "a"), "B": load(args.b, "b")}
     config = ForkConfig()
     for shape in args.shapes:
         raw = session_bytes(args.messages, shape)
-        messages = json.loads(raw)
+        messages: object = raw if args.bytes else json.loads(raw)
         times: dict[str, tuple[list[float], list[float]]] = {"A": ([], []), "B": ([], [])}
         for _ in range(3):  # untimed: both builds once over the objects
             for core in builds.values():
@@ -95,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         for n in range(args.rounds):
             for tag in ("A", "B") if n % 2 == 0 else ("B", "A"):
                 for k in range(max(args.block, 1)):
-                    if args.fresh:
+                    if args.fresh and not args.bytes:
                         messages = json.loads(raw)
                     walk, whole = one_call(builds[tag], messages, config)
                     if k >= untimed:
