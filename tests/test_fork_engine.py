@@ -4,7 +4,9 @@ the reference and as validated models."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import sys
 from pathlib import Path
 
@@ -16,6 +18,10 @@ from fork_builders import assistant, compaction, text, tool, user
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 from generate import SHAPES, session_objects
+
+
+class OrderedDictLike(dict):
+    """A dict subclass: its items could come from overridden methods, so it is refused."""
 
 
 def summary(mid: str, parent: str, body: str = "SUMMARY") -> dict:
@@ -46,6 +52,60 @@ def test_engine_stats_are_the_validated_model() -> None:
     assert hash(built) == hash(validated)
     with pytest.raises(Exception, match="frozen"):
         built.final_count = 3  # type: ignore[misc]
+
+
+def test_a_constructed_model_is_the_validated_model_in_every_use() -> None:
+    """`_core._construct` makes what ``object.__new__`` and four ``object.__setattr__`` calls
+    make: the model validated from the same values, in equality, dumps, copies, pickles and
+    its fields set (a set of its own, which a copy with an update grows)."""
+    stats = ForkStats.model_validate(
+        {
+            "original_count": 3, "final_count": 2, "total_chars": 99, "truncated_results": 0,
+            "removed_messages": 1, "compaction_detected": False, "compaction_slice_index": 0,
+            "tier_distribution": {"tier1": 1, "tier2": 0, "tier3": 0}, "head_tail_applied": 0,
+            "compacted_results": 0, "compaction_tail_messages": 0, "hard_capped": False,
+        }
+    )  # fmt: skip
+    values = {"text": "p\n\nc", "preamble": "p", "context": "c", "stats": stats}
+    made = _core._construct(ForkContext, dict(values))
+    validated = ForkContext.model_validate(values)
+    assert type(made) is ForkContext
+    assert made == validated
+    assert repr(made) == repr(validated)
+    assert made.model_dump() == validated.model_dump()
+    assert made.model_dump_json() == validated.model_dump_json()
+    assert hash(made) == hash(validated)
+    assert made.model_fields_set == {"text", "preamble", "context", "stats"}
+    assert made.__pydantic_extra__ is None
+    assert made.__pydantic_private__ is None
+    assert pickle.loads(pickle.dumps(made)) == validated
+    assert copy.deepcopy(made) == validated
+    updated = made.model_copy(update={"text": "other"})
+    assert updated.text == "other"
+    assert made.text == "p\n\nc"
+    other = _core._construct(ForkContext, dict(values))
+    assert other.model_fields_set is not made.model_fields_set
+    with pytest.raises(Exception, match="frozen"):
+        made.text = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("cls", "values", "message"),
+    [
+        ("not a type", {}, "'str' object is not an instance of 'type'"),
+        (ForkContext, [("text", "")], "'list' object is not an instance of 'dict'"),
+        (
+            ForkContext,
+            OrderedDictLike(text=""),
+            "values must be a dict, not OrderedDictLike (a subclass's methods could give other"
+            " items)",
+        ),
+    ],
+)
+def test_construct_refuses_what_is_not_a_class_and_a_dict(cls, values, message) -> None:
+    with pytest.raises(TypeError) as raised:
+        _core._construct(cls, values)
+    assert str(raised.value) == message
 
 
 @pytest.mark.parametrize("shape", SHAPES)

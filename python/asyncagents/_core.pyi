@@ -1,12 +1,15 @@
 """Typed stubs of the Rust extension `asyncagents._core` (the fork pipeline's engine)."""
 
-from typing import Any, final
+from typing import Any, TypeVar, final
+
+from pydantic import BaseModel
 
 from .config import ForkConfig
 
 __all__ = [
     "ParsedSession",
     "RenderResult",
+    "_construct",
     "_probes_dict_tables",
     "_walks_borrowed",
     "from_objects",
@@ -20,6 +23,8 @@ _Summary = tuple[int, str | None]
 #: ``(context, final_count, total_chars, truncated_results, removed_messages, tier1, tier2,
 #: tier3, head_tail_applied, compacted_results, hard_capped, compaction_detected,
 #: compaction_slice_index, compaction_tail_messages, turn_removed)``
+_Model = TypeVar("_Model", bound=BaseModel)
+
 _Forked = tuple[str, int, int, int, int, int, int, int, int, int, bool, bool, int, int, int]
 
 @final
@@ -76,5 +81,8 @@ def parse_json(data: bytes | str) -> ParsedSession: ...
 def from_objects(
     messages: list[Any] | tuple[Any, ...] | dict[str, Any], every_body: bool = False
 ) -> ParsedSession: ...
+def _construct(cls: type[_Model], values: dict[str, Any]) -> _Model:
+    """An instance of the pydantic model `cls` whose fields are `values`, unvalidated."""
+
 def _probes_dict_tables() -> bool: ...
 def _walks_borrowed(messages: list[Any] | tuple[Any, ...] | dict[str, Any]) -> bool: ...

@@ -14,6 +14,7 @@
 mod budget;
 mod compaction;
 mod config;
+mod construct;
 mod errors;
 mod input;
 mod json;
@@ -412,6 +413,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_walks_borrowed, m)?)?;
     m.add_function(wrap_pyfunction!(py_parse_json, m)?)?;
     m.add_function(wrap_pyfunction!(py_from_objects, m)?)?;
+    m.add_function(wrap_pyfunction!(construct::py_construct, m)?)?;
     m.add_class::<ParsedSession>()?;
     m.add_class::<RenderResult>()?;
     Ok(())
