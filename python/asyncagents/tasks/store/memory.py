@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined as Undefined
 
-from ..admission import FRESH_MS, Caps, Entry, Include, admitted, choose, included, turn_keys
+from ..admission import FRESH_MS, Caps, Entry, Include, admitted, choose, turn_keys
 from ..errors import StoreError
 from ..models import Notice, Task, TaskStatus, now_ms
 from ..queries import (
@@ -250,8 +250,7 @@ class InMemoryTaskStore:
             tasks = [
                 fresh_copy(t)
                 for t in candidates
-                if (parent_session_id is None or t.parent_session_id == parent_session_id)
-                and (statuses is None or t.status in statuses)
+                if (statuses is None or t.status in statuses)
                 and (backend is None or t.backend == backend)
                 and (owner is None or t.owner == owner)
             ]
@@ -433,7 +432,6 @@ class InMemoryTaskStore:
         with self._lock:
             view = self._queue_view(backend)
             now = now_ms()
-            include = included(include)
             chosen = choose(
                 view.entries,
                 view.last_admitted,
@@ -445,11 +443,10 @@ class InMemoryTaskStore:
                 fresh_ms=fresh_ms,
             )
             out = []
-            preparing = included(include)
             for entry, key in zip(
                 chosen, turn_keys(now, len(chosen), view.last_admitted), strict=True
             ):
-                changed = admitted(fresh_copy(self._tasks[entry.id]), owner, now, preparing)
+                changed = admitted(fresh_copy(self._tasks[entry.id]), owner, now, include)
                 if changed is None:
                     continue
                 self._put(fresh_copy(changed))
