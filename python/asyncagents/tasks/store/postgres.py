@@ -376,7 +376,7 @@ class PostgresTaskStore:
                 "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
                 (self.schema,),
             )
-            relations = {str(r[0]) for r in await cur.fetchall()}
+            relations = frozenset(str(r[0]) for r in await cur.fetchall())
             if not relations:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
                 for statement in (*_SCHEMA, *_MIGRATE_1_TO_2, *_MIGRATE_2_TO_3, _QUEUED_INDEX):
@@ -399,16 +399,14 @@ class PostgresTaskStore:
                         f"asyncagents understands ({SCHEMA_VERSION}); upgrade asyncagents or "
                         "use another schema"
                     )
-                if version == SCHEMA_VERSION and relations == _TABLES:
-                    await self._index_queued(conn)
-                    return
+                # each migration leaves the next version's schema
                 if version == 1 and relations == _V1_TABLES:
                     await self._migrate_1_to_2(conn)
-                    await self._migrate_2_to_3(conn)
-                    await self._index_queued(conn)
-                    return
+                    version, relations = 2, _V2_TABLES
                 if version == 2 and relations == _V2_TABLES:
                     await self._migrate_2_to_3(conn)
+                    version, relations = SCHEMA_VERSION, _TABLES
+                if version == SCHEMA_VERSION and relations == _TABLES:
                     await self._index_queued(conn)
                     return
             names = ", ".join(sorted(relations))
