@@ -123,20 +123,23 @@ class Admitter:
         A failing store raises its `StoreError` to every caller of the pass. Cancelling a
         caller leaves the pass running for the others.
         """
-        joined = self._join(include)
-        assert joined.job is not None
-        return await asyncio.shield(joined.job)
+        return (await self._shared(include))[1]
 
     async def admit_task(self, task_id: str, *, preparing: bool = False) -> Task | None:
         """`admit_now` for a caller that looks for one task: that task as the pass admitted
         it, or None if it did not (found by id: a pass shared by many callers admits many).
         `preparing`: it may be admitted though its session or fork is being prepared."""
-        joined = self._join(task_id if preparing else None)
-        assert joined.job is not None
-        admitted = await asyncio.shield(joined.job)
+        joined, admitted = await self._shared(task_id if preparing else None)
         if joined.by_id is None:
             joined.by_id = {t.id: t for t in admitted}
         return joined.by_id.get(task_id)
+
+    async def _shared(self, include: str | None) -> tuple[_Pass, list[Task]]:
+        """The pass joined (`_join`) and what it admitted, once it has ended; cancelling the
+        caller leaves it running."""
+        joined = self._join(include)
+        assert joined.job is not None
+        return joined, await asyncio.shield(joined.job)
 
     def _join(self, include: str | None) -> _Pass:
         """The pass that has not read the queue yet (a new one if none), with `include`."""
