@@ -86,12 +86,18 @@ def _queued(task_id: str, *, ready: bool = True) -> Task:
     )
 
 
-async def test_callers_during_a_pass_share_the_next_one_and_none_is_missed() -> None:
+async def _held(*, ready: bool = True) -> tuple[_HeldStore, list[str], Admitter]:
+    """A store whose `admit` waits for its `release`, with `tsk_a` queued, an admitter on it,
+    and the list of the ids it admits."""
     store = _HeldStore()
     got: list[str] = []
-    admitter = _admitter(store, got)
-    await store.insert(_queued("tsk_a", ready=False))
+    await store.insert(_queued("tsk_a", ready=ready))
     store.hold.set()
+    return store, got, _admitter(store, got)
+
+
+async def test_callers_during_a_pass_share_the_next_one_and_none_is_missed() -> None:
+    store, got, admitter = await _held(ready=False)
     first = asyncio.ensure_future(admitter.admit_now(include="tsk_a"))
     await until(lambda: len(store.calls) == 1, what="the first pass reading the queue")
     # asked for while the first pass runs (being prepared: only a pass that includes them
@@ -114,11 +120,7 @@ async def test_callers_during_a_pass_share_the_next_one_and_none_is_missed() -> 
 
 
 async def test_a_cancelled_caller_leaves_the_pass_to_the_others_and_errors_reach_all() -> None:
-    store = _HeldStore()
-    got: list[str] = []
-    admitter = _admitter(store, got)
-    await store.insert(_queued("tsk_a"))
-    store.hold.set()
+    store, got, admitter = await _held()
     leaving = asyncio.ensure_future(admitter.admit_now())
     staying = asyncio.ensure_future(admitter.admit_now())
     await until(lambda: len(store.calls) == 1, what="the pass reading the queue")
@@ -238,11 +240,7 @@ async def test_tasks_stored_at_once_by_two_managers_past_the_bound_are_refused_e
 
 
 async def test_stop_waits_for_the_pass_under_way() -> None:
-    held = _HeldStore()
-    got: list[str] = []
-    admitter = _admitter(held, got)
-    await held.insert(_queued("tsk_a"))
-    held.hold.set()
+    held, got, admitter = await _held()
     caller = asyncio.ensure_future(admitter.admit_now())
     await until(lambda: len(held.calls) == 1, what="the pass reading the queue")
     stopping = asyncio.ensure_future(admitter.stop())
